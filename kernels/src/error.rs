@@ -1,0 +1,26 @@
+//! Typed errors of the kernel launchers: every message names the offending value.
+use thiserror::Error;
+
+/// Why a problem cannot run on the flash kernels. The Burn decorator turns each of these into a
+/// logged fallback reason; direct users of the launchers get them as `Err`.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum FlashError {
+    #[error("{tensor} must be rank 4 [batch, num_heads, seq, dim], got shape {shape:?}")]
+    Rank { tensor: &'static str, shape: Vec<usize> },
+    #[error("{what} mismatch: {detail}")]
+    ShapeMismatch { what: &'static str, detail: String },
+    #[error("{dim} = 0: every dimension must be at least 1")]
+    EmptyDimension { dim: &'static str },
+    #[error("{dim} = {value} is not supported (the kernels support 1..={max})")]
+    DimTooLarge { dim: &'static str, value: usize, max: usize },
+    #[error("dtype {dtype} is not supported (f16, bf16 and f32 are)")]
+    UnsupportedDtype { dtype: String },
+    #[error("query, key and value must share one dtype, got {query}, {key}, {value}")]
+    MixedDtypes { query: String, key: String, value: String },
+    #[error("softcap must be positive and finite, got {0}")]
+    InvalidSoftcap(f64),
+    #[error("scale must be finite, got {0}")]
+    InvalidScale(f64),
+    #[error("the device cannot run this kernel: {0}")]
+    Device(String),
+}

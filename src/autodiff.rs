@@ -1,0 +1,121 @@
+//! Training: `FlashAttention` for `Autodiff<B, C>` registers ONE backward node through
+//! burn-autodiff's public API. The node keeps the output and the row log-sum-exp (O(N) memory),
+//! checkpoints query, key and value (a checkpointing strategy may recompute them), and calls the
+//! backward kernels. Inside the node every tensor is `B`'s (never `Flash<..>`'s): the gradient
+//! container is keyed by backend type.
+use burn_autodiff::{
+    Autodiff, NodeId,
+    checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+    grads::Gradients,
+    ops::{Backward, Ops, OpsKind},
+};
+use burn_backend::{
+    ops::{AttentionModuleOptions, attention::attention_fallback},
+    tensor::{BoolTensor, FloatTensor},
+};
+use burn_flash_attn_kernels::AttentionProblem;
+
+use crate::attention::{AttentionInputs, FlashAttention, FlashKernels, SavedForward};
+use crate::routing::{AttentionCall, Route, route};
+
+#[derive(Debug)]
+struct FlashAttentionBackward;
+
+/// What the backward needs: node ids of q, k, v (retrieved through the checkpointer), the
+/// constants (mask, bias) and the forward's O and LSE.
+#[derive(Debug, Clone)]
+struct FlashAttentionState<B: FlashKernels> {
+    query: NodeId,
+    key: NodeId,
+    value: NodeId,
+    mask: Option<BoolTensor<B>>,
+    attn_bias: Option<FloatTensor<B>>,
+    saved: SavedForward<B>,
+    problem: AttentionProblem,
+}
+
+impl<B: FlashKernels> Backward<B, 3> for FlashAttentionBackward {
+    type State = FlashAttentionState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, 3>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
+        let [node_query, node_key, node_value] = ops.parents;
+        let grad_out = grads.consume::<B>(&ops.node);
+        let state = ops.state;
+        let inputs = AttentionInputs {
+            query: checkpointer.retrieve_node_output(state.query),
+            key: checkpointer.retrieve_node_output(state.key),
+            value: checkpointer.retrieve_node_output(state.value),
+            mask: state.mask,
+            attn_bias: state.attn_bias,
+        };
+        let d = B::flash_backward(inputs, state.saved, grad_out, state.problem);
+        for (node, grad) in [(node_query, d.query), (node_key, d.key), (node_value, d.value)] {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
+    fn flash_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        attn_bias: Option<FloatTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
+        let device = B::float_device(&query.primitive);
+        let call = AttentionCall {
+            query: &query.primitive,
+            key: &key.primitive,
+            value: &value.primitive,
+            mask: mask.as_ref(),
+            attn_bias: attn_bias.as_ref().map(|b| &b.primitive),
+            options: &options,
+            bias_requires_grad: attn_bias.as_ref().is_some_and(|b| !b.node.requirement.is_none()),
+        };
+        let Route::Kernel { problem, .. } = route(&call, |p| B::flash_support(&device, p)) else {
+            return attention_fallback::<Self>(query, key, value, mask, attn_bias, options);
+        };
+        let bias = attn_bias.map(|b| b.primitive);
+
+        match FlashAttentionBackward
+            .prepare::<C>([query.node.clone(), key.node.clone(), value.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let ids = [prep.checkpoint(&query), prep.checkpoint(&key), prep.checkpoint(&value)];
+                let inputs = AttentionInputs {
+                    query: query.primitive,
+                    key: key.primitive,
+                    value: value.primitive,
+                    mask: mask.clone(),
+                    attn_bias: bias.clone(),
+                };
+                let saved = B::flash_forward(inputs, problem);
+                let out = saved.out.clone();
+                let [query, key, value] = ids;
+                let state = FlashAttentionState { query, key, value, mask, attn_bias: bias, saved, problem };
+                prep.finish(state, out)
+            }
+            OpsKind::UnTracked(prep) => {
+                let inputs = AttentionInputs {
+                    query: query.primitive,
+                    key: key.primitive,
+                    value: value.primitive,
+                    mask,
+                    attn_bias: bias,
+                };
+                prep.finish(B::flash_forward(inputs, problem).out)
+            }
+        }
+    }
+}

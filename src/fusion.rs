@@ -1,0 +1,169 @@
+//! `FlashKernels` for `Fusion<B>`: the forward and backward are custom ops in the fusion stream.
+//! When the stream executes, each op takes `B`'s real tensors from the handle container and
+//! calls `B`'s kernels (the pattern of burn-vision 0.21's cube backend). The kernel-or-fallback
+//! decision is made before registering: `execute` cannot fall back.
+use core::marker::PhantomData;
+
+use burn_backend::{DType, Shape, TensorMetadata, tensor::{Device, FloatTensor}};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError};
+use burn_fusion::{
+    Fusion, FusionBackend, FusionRuntime,
+    stream::{Operation, OperationStreams},
+};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, TensorIr};
+
+use crate::attention::{AttentionGrads, AttentionInputs, FlashKernels, SavedForward};
+
+type Handles<B> = HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
+
+/// Which optional inputs follow q, k, v (and o, d_out, lse for the backward) in the op's inputs.
+#[derive(Debug, Clone, Copy)]
+struct Optionals {
+    mask: bool,
+    attn_bias: bool,
+}
+
+impl Optionals {
+    /// Resolves the trailing optional inputs of an op to `B`'s tensors.
+    fn resolve<B: FusionBackend>(
+        self,
+        handles: &mut Handles<B>,
+        rest: &[TensorIr],
+    ) -> (Option<burn_backend::tensor::BoolTensor<B>>, Option<FloatTensor<B>>) {
+        let mut rest = rest.iter();
+        let mask = self.mask.then(|| handles.get_bool_tensor::<B>(rest.next().expect("mask input")));
+        let bias = self
+            .attn_bias
+            .then(|| handles.get_float_tensor::<B>(rest.next().expect("attn_bias input")));
+        (mask, bias)
+    }
+}
+
+#[derive(Debug)]
+struct ForwardOp<B> {
+    desc: CustomOpIr,
+    problem: AttentionProblem,
+    optionals: Optionals,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for ForwardOp<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let [q, k, v, rest @ ..] = self.desc.inputs.as_slice() else {
+            unreachable!("registered with q, k, v first")
+        };
+        let (mask, attn_bias) = self.optionals.resolve::<B>(handles, rest);
+        let inputs = AttentionInputs {
+            query: handles.get_float_tensor::<B>(q),
+            key: handles.get_float_tensor::<B>(k),
+            value: handles.get_float_tensor::<B>(v),
+            mask,
+            attn_bias,
+        };
+        let saved = B::flash_forward(inputs, self.problem);
+        let [out, lse] = self.desc.outputs.as_slice() else { unreachable!("registered with o, lse") };
+        handles.register_float_tensor::<B>(&out.id, saved.out);
+        handles.register_float_tensor::<B>(&lse.id, saved.lse);
+    }
+}
+
+#[derive(Debug)]
+struct BackwardOp<B> {
+    desc: CustomOpIr,
+    problem: AttentionProblem,
+    optionals: Optionals,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for BackwardOp<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let [q, k, v, o, d_out, lse, rest @ ..] = self.desc.inputs.as_slice() else {
+            unreachable!("registered with q, k, v, o, d_out, lse first")
+        };
+        let (mask, attn_bias) = self.optionals.resolve::<B>(handles, rest);
+        let inputs = AttentionInputs {
+            query: handles.get_float_tensor::<B>(q),
+            key: handles.get_float_tensor::<B>(k),
+            value: handles.get_float_tensor::<B>(v),
+            mask,
+            attn_bias,
+        };
+        let saved = SavedForward {
+            out: handles.get_float_tensor::<B>(o),
+            lse: handles.get_float_tensor::<B>(lse),
+        };
+        let grad_out = handles.get_float_tensor::<B>(d_out);
+        let grads = B::flash_backward(inputs, saved, grad_out, self.problem);
+        let [dq, dk, dv] = self.desc.outputs.as_slice() else { unreachable!("registered with dq, dk, dv") };
+        handles.register_float_tensor::<B>(&dq.id, grads.query);
+        handles.register_float_tensor::<B>(&dk.id, grads.key);
+        handles.register_float_tensor::<B>(&dv.id, grads.value);
+    }
+}
+
+/// Registers a custom op with `N` outputs of the given shapes and dtypes.
+fn register<B: FusionBackend, O: Operation<B::FusionRuntime> + 'static, const N: usize>(
+    name: &'static str,
+    inputs: Vec<FloatOrBool<B>>,
+    outputs: [(Shape, DType); N],
+    build: impl FnOnce(CustomOpIr) -> O,
+) -> [FloatTensor<Fusion<B>>; N] {
+    let client = inputs[0].client.clone();
+    let outputs = outputs.map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype));
+    let streams = OperationStreams::with_inputs(&inputs);
+    let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &inputs, &outputs);
+    let op = build(desc.clone());
+    client
+        .register(streams, OperationIr::Custom(desc), op)
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("{name} registers {N} outputs"))
+}
+
+/// A fusion input of either kind (both are `FusionTensor`s).
+type FloatOrBool<B> = burn_fusion::FusionTensor<<B as FusionBackend>::FusionRuntime>;
+
+fn inputs_of<B: FusionBackend>(
+    head: impl IntoIterator<Item = FloatOrBool<B>>,
+    mask: Option<FloatOrBool<B>>,
+    attn_bias: Option<FloatOrBool<B>>,
+) -> (Vec<FloatOrBool<B>>, Optionals) {
+    let optionals = Optionals { mask: mask.is_some(), attn_bias: attn_bias.is_some() };
+    (head.into_iter().chain(mask).chain(attn_bias).collect(), optionals)
+}
+
+impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
+    fn flash_support(device: &Device<Self>, problem: &AttentionProblem) -> Result<String, FlashError> {
+        B::flash_support(device, problem)
+    }
+
+    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem) -> SavedForward<Self> {
+        let [batch, heads, seq_q, _] = inputs.query.shape().dims::<4>();
+        let dtype = inputs.query.dtype();
+        let (all, optionals) =
+            inputs_of::<B>([inputs.query, inputs.key, inputs.value], inputs.mask, inputs.attn_bias);
+        let outputs = [
+            (Shape::new([batch, heads, seq_q, problem.val_dim]), dtype),
+            (Shape::new([batch, heads, seq_q]), DType::F32),
+        ];
+        let [out, lse] = register::<B, _, 2>("flash_attention_forward", all, outputs, |desc| {
+            ForwardOp::<B> { desc, problem, optionals, _backend: PhantomData }
+        });
+        SavedForward { out, lse }
+    }
+
+    fn flash_backward(
+        inputs: AttentionInputs<Self>,
+        saved: SavedForward<Self>,
+        grad_out: FloatTensor<Self>,
+        problem: AttentionProblem,
+    ) -> AttentionGrads<Self> {
+        let outputs = [&inputs.query, &inputs.key, &inputs.value].map(|t| (t.shape(), t.dtype()));
+        let head = [inputs.query, inputs.key, inputs.value, saved.out, grad_out, saved.lse];
+        let (all, optionals) = inputs_of::<B>(head, inputs.mask, inputs.attn_bias);
+        let [query, key, value] = register::<B, _, 3>("flash_attention_backward", all, outputs, |desc| {
+            BackwardOp::<B> { desc, problem, optionals, _backend: PhantomData }
+        });
+        AttentionGrads { query, key, value }
+    }
+}

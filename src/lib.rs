@@ -1,0 +1,38 @@
+//! # burn-flash-attn
+//!
+//! FlashAttention-2 for [Burn](https://burn.dev), forward AND backward, as a backend decorator.
+//! Change one type and `burn::tensor::module::attention` runs fused CubeCL kernels with O(N)
+//! memory (no `[batch, heads, seq_q, seq_kv]` scores), in inference and in training:
+//!
+//! ```text
+//! type B = Autodiff<Wgpu>;            // before
+//! type B = Flash<Autodiff<Wgpu>>;     // after: same model code, same loss curve
+//! ```
+//!
+//! Every other op is forwarded unchanged to the inner backend. `Flash` must be the outermost
+//! type (`Autodiff<Flash<..>>` would never see `attention`). Semantics are Burn's: `true` in the
+//! mask = masked, default scale `1/sqrt(head_dim)`, softcap before masking, bias after masking,
+//! causal aligned bottom-right:
+//!
+//! ```text
+//! seq_q = 3, seq_kv = 5, causal     row i attends to col j iff j <= i + seq_kv - seq_q
+//!     j: 0 1 2 3 4
+//! i=0    x x x . .
+//! i=1    x x x x .
+//! i=2    x x x x x
+//! ```
+//!
+//! What the kernels cannot run (see [`routing`]) goes to Burn's `attention_fallback`, with the
+//! reason logged once through `log`.
+pub mod attention;
+mod autodiff;
+mod backend;
+mod cube;
+mod fusion;
+mod ops;
+pub mod routing;
+
+pub use attention::{FlashAttention, FlashKernels};
+pub use backend::{Flash, from_flash, into_flash};
+pub use burn_flash_attn_kernels as kernels;
+pub use routing::{Route, RouteCounts, last_route, route_counts};

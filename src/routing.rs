@@ -1,0 +1,158 @@
+//! The ONE place that decides whether an `attention` call runs our kernels or Burn's
+//! `attention_fallback`, and says why. Every decision is counted and its reason logged once.
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn_backend::{DType, TensorMetadata, ops::AttentionModuleOptions};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, MaskKind};
+use burn_std::BoolStore;
+
+/// Where one `attention` call goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    /// Our FlashAttention-2 kernels; `path` names the kernel path and why it was chosen.
+    Kernel { problem: AttentionProblem, path: String },
+    /// Burn's `attention_fallback` (materializes `[batch, heads, seq_q, seq_kv]`), with why.
+    Fallback { reason: String },
+}
+
+impl Route {
+    pub fn is_kernel(&self) -> bool {
+        matches!(self, Route::Kernel { .. })
+    }
+}
+
+impl core::fmt::Display for Route {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Route::Kernel { path, .. } => write!(f, "flash kernels ({path})"),
+            Route::Fallback { reason } => write!(f, "attention_fallback ({reason})"),
+        }
+    }
+}
+
+/// What the router needs to know about one call, read from tensor metadata only (nothing is
+/// read back from the device, and under Fusion nothing has run yet).
+pub struct AttentionCall<'a, T, M> {
+    pub query: &'a T,
+    pub key: &'a T,
+    pub value: &'a T,
+    pub mask: Option<&'a M>,
+    pub attn_bias: Option<&'a T>,
+    pub options: &'a AttentionModuleOptions,
+    /// The bias takes part in autodiff: dBias = dS is a full `[batch, heads, seq_q, seq_kv]`
+    /// tensor, which a FlashAttention backward does not produce.
+    pub bias_requires_grad: bool,
+}
+
+/// Decides kernel or fallback. `device_support` asks the device whether it can run `problem`
+/// and on which path (shared memory, dtype support), without launching anything.
+pub fn route<T: TensorMetadata, M: TensorMetadata>(
+    call: &AttentionCall<'_, T, M>,
+    device_support: impl FnOnce(&AttentionProblem) -> Result<String, FlashError>,
+) -> Route {
+    let route = if call.bias_requires_grad {
+        Route::Fallback {
+            reason: "attn_bias requires grad (dBias = dS is not produced by the flash backward)"
+                .into(),
+        }
+    } else {
+        match problem_of(call).and_then(|p| device_support(&p).map(|path| (p, path))) {
+            Ok((problem, path)) => Route::Kernel { problem, path },
+            Err(err) => Route::Fallback { reason: err.to_string() },
+        }
+    };
+    record(&route);
+    route
+}
+
+fn float_kind(dtype: DType) -> Result<FloatKind, FlashError> {
+    match dtype {
+        DType::F32 | DType::Flex32 => Ok(FloatKind::F32),
+        DType::F16 => Ok(FloatKind::F16),
+        DType::BF16 => Ok(FloatKind::BF16),
+        other => Err(FlashError::UnsupportedDtype { dtype: format!("{other:?}") }),
+    }
+}
+
+fn mask_kind(dtype: DType) -> Result<MaskKind, FlashError> {
+    match dtype {
+        DType::Bool(BoolStore::U8) => Ok(MaskKind::U8),
+        DType::Bool(BoolStore::U32) => Ok(MaskKind::U32),
+        other => Err(FlashError::UnsupportedDtype { dtype: format!("mask {other:?}") }),
+    }
+}
+
+/// Builds the kernels' problem from the call, checking shapes and dtypes.
+fn problem_of<T: TensorMetadata, M: TensorMetadata>(
+    call: &AttentionCall<'_, T, M>,
+) -> Result<AttentionProblem, FlashError> {
+    let dtypes = [call.query.dtype(), call.key.dtype(), call.value.dtype()];
+    if dtypes[1] != dtypes[0] || dtypes[2] != dtypes[0] {
+        let [query, key, value] = dtypes.map(|d| format!("{d:?}"));
+        return Err(FlashError::MixedDtypes { query, key, value });
+    }
+    let dtype = float_kind(dtypes[0])?;
+    if let Some(bias) = call.attn_bias
+        && float_kind(bias.dtype())? != dtype
+    {
+        return Err(FlashError::UnsupportedDtype {
+            dtype: format!("attn_bias {:?} with query {:?}", bias.dtype(), dtypes[0]),
+        });
+    }
+    let mask = call.mask.map(|m| mask_kind(m.dtype())).transpose()?;
+    let mask_shape = call.mask.map(|m| m.shape());
+    let bias_shape = call.attn_bias.map(|b| b.shape());
+    AttentionProblem::from_shapes(
+        &call.query.shape(),
+        &call.key.shape(),
+        &call.value.shape(),
+        mask_shape.as_deref(),
+        bias_shape.as_deref(),
+        dtype,
+        call.options.scale,
+        call.options.softcap,
+        call.options.is_causal,
+        mask.unwrap_or(MaskKind::U8),
+    )
+}
+
+/// How many calls took each route since the process started (tests and examples read these to
+/// prove which path ran).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteCounts {
+    pub kernel: usize,
+    pub fallback: usize,
+}
+
+static KERNEL_CALLS: AtomicUsize = AtomicUsize::new(0);
+static FALLBACK_CALLS: AtomicUsize = AtomicUsize::new(0);
+static LAST_ROUTE: Mutex<Option<Route>> = Mutex::new(None);
+static LOGGED_REASONS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+pub fn route_counts() -> RouteCounts {
+    RouteCounts {
+        kernel: KERNEL_CALLS.load(Ordering::Relaxed),
+        fallback: FALLBACK_CALLS.load(Ordering::Relaxed),
+    }
+}
+
+/// The route of the most recent `attention` call in this process.
+pub fn last_route() -> Option<Route> {
+    LAST_ROUTE.lock().map(|r| r.clone()).unwrap_or(None)
+}
+
+fn record(route: &Route) {
+    let counter = if route.is_kernel() { &KERNEL_CALLS } else { &FALLBACK_CALLS };
+    counter.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut last) = LAST_ROUTE.lock() {
+        *last = Some(route.clone());
+    }
+    if let Route::Fallback { reason } = route
+        && let Ok(mut logged) = LOGGED_REASONS.lock()
+        && logged.get_or_insert_with(HashSet::new).insert(reason.clone())
+    {
+        log::warn!("burn-flash-attn: attention falls back to Burn's attention_fallback: {reason}");
+    }
+}
