@@ -177,6 +177,7 @@ fn forward_matches_fallback_semantics() {
         ] {
             let route = burn_flash_attn::last_route().expect("attention was routed");
             println!("{} via {backend}: {route}", case.name);
+            assert!(route.is_kernel(), "{} via {backend} must run the kernels, took {route}", case.name);
             let got = to_f64(got.into_data());
             let name = format!("{} via {backend}", case.name);
             check(&name, &got, &plain, &want.o, OUTPUT_FACTOR, Precision::F32).unwrap();
@@ -210,6 +211,7 @@ fn gradients_match_autodiff_semantics() {
         let got = gradients::<FlashTrain>(case, &data);
         let route = burn_flash_attn::last_route().expect("attention was routed");
         println!("{} gradients: {route}", case.name);
+        assert!(route.is_kernel(), "{} gradients must run the kernels, took {route}", case.name);
         let masked = fully_masked_rows(case, &data);
         for (i, (name, reference)) in [("dq", &want.dq), ("dk", &want.dk), ("dv", &want.dv)].into_iter().enumerate() {
             let name = format!("{} {name}", case.name);

@@ -1,0 +1,162 @@
+//! Attention throughput and peak memory: our kernels (through `Flash<B>`) beside Burn's own
+//! `attention` (inference) and `Autodiff` attention (training), bf16, on the runtime chosen by
+//! cargo feature (`cuda` for the H200 runs recorded in benches/RESULTS.md).
+//!
+//! ```text
+//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory] [--quick]
+//! ```
+//! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
+//! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
+//! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
+use std::time::{Duration, Instant};
+
+use burn::tensor::{
+    Distribution, Tensor, backend::{AutodiffBackend, Backend}, module::attention, ops::AttentionModuleOptions,
+};
+use burn_autodiff::Autodiff;
+use burn_cubecl::CubeBackend;
+use burn_flash_attn::{Flash, last_route};
+use burn_fusion::Fusion;
+use cubecl::Runtime as _;
+use half::bf16;
+
+#[cfg(feature = "cuda")]
+type Runtime = cubecl::cuda::CudaRuntime;
+#[cfg(all(feature = "rocm", not(feature = "cuda")))]
+type Runtime = cubecl::hip::HipRuntime;
+#[cfg(not(any(feature = "cuda", feature = "rocm")))]
+type Runtime = cubecl::wgpu::WgpuRuntime;
+
+type Inner = Fusion<CubeBackend<Runtime, bf16, i32, u8>>;
+
+/// (batch, heads, seq, head_dim): the shapes of ../shared/anchors/torch_attention.py.
+const SHAPES: [[usize; 4]; 5] =
+    [[64, 12, 1024, 64], [16, 16, 2048, 64], [8, 16, 4096, 64], [16, 16, 2048, 128], [4, 16, 8192, 128]];
+/// Memory: batch·heads = 64, head_dim = 128, growing sequence (issue: O(N) vs O(N²)).
+const MEMORY_SEQS: [usize; 4] = [1024, 2048, 4096, 8192];
+const WARMUP: usize = 3;
+/// Each timing runs at least this long and at least `MIN_ITERS` times.
+const MIN_TIME: Duration = Duration::from_millis(500);
+const MIN_ITERS: usize = 5;
+/// forward + backward FLOPs / forward FLOPs (FlashAttention's convention: backward = 2.5×).
+const TRAIN_FLOP_FACTOR: f64 = 3.5;
+
+fn device<B: Backend>() -> B::Device {
+    Default::default()
+}
+
+fn inputs<B: Backend>([b, h, n, d]: [usize; 4]) -> [Tensor<B, 4>; 4] {
+    let dev = device::<B>();
+    [0; 4].map(|_| Tensor::random([b, h, n, d], Distribution::Normal(0.0, 1.0), &dev))
+}
+
+fn options(causal: bool) -> AttentionModuleOptions {
+    AttentionModuleOptions { is_causal: causal, ..Default::default() }
+}
+
+fn forward<B: Backend>(shape: [usize; 4], causal: bool) -> impl FnMut() {
+    let [q, k, v, _] = inputs::<B>(shape);
+    move || {
+        let out = attention(q.clone(), k.clone(), v.clone(), None, None, options(causal));
+        drop(out);
+        B::sync(&device::<B>()).expect("device sync");
+    }
+}
+
+fn train<B: AutodiffBackend>(shape: [usize; 4], causal: bool) -> impl FnMut() {
+    let [q, k, v, d_out] = inputs::<B>(shape);
+    move || {
+        let [q, k, v] = [&q, &k, &v].map(|x| x.clone().detach().require_grad());
+        let out = attention(q.clone(), k, v, None, None, options(causal));
+        let grads = (out * d_out.clone()).sum().backward();
+        drop(q.grad(&grads));
+        B::sync(&device::<B>()).expect("device sync");
+    }
+}
+
+/// Mean milliseconds per call after a warm-up.
+fn time(mut run: impl FnMut()) -> f64 {
+    (0..WARMUP).for_each(|_| run());
+    let start = Instant::now();
+    let mut iters = 0;
+    while iters < MIN_ITERS || start.elapsed() < MIN_TIME {
+        run();
+        iters += 1;
+    }
+    start.elapsed().as_secs_f64() * 1e3 / iters as f64
+}
+
+/// Peak reserved device memory of one call, from a clean memory pool.
+fn peak_mib(mut run: impl FnMut()) -> f64 {
+    let client = Runtime::client(&Default::default());
+    client.memory_cleanup();
+    run();
+    let usage = client.memory_usage().expect("memory usage");
+    usage.bytes_reserved as f64 / (1024.0 * 1024.0)
+}
+
+fn forward_flops([b, h, n, d]: [usize; 4], causal: bool) -> f64 {
+    let full = 4.0 * (b * h) as f64 * (n * n) as f64 * d as f64;
+    if causal { full / 2.0 } else { full }
+}
+
+/// A benchmark: inputs are made when it is built, so that rows never hold each other's memory.
+type Bench = Box<dyn Fn([usize; 4], bool) -> Box<dyn FnMut()>>;
+
+/// (impl, pass, flop factor over the forward, benchmark).
+fn rows() -> [(&'static str, &'static str, f64, Bench); 4] {
+    [
+        ("flash", "fwd", 1.0, Box::new(|s, c| Box::new(forward::<Flash<Inner>>(s, c)))),
+        ("burn", "fwd", 1.0, Box::new(|s, c| Box::new(forward::<Inner>(s, c)))),
+        ("flash", "fwd+bwd", TRAIN_FLOP_FACTOR, Box::new(|s, c| Box::new(train::<Flash<Autodiff<Inner>>>(s, c)))),
+        ("burn", "fwd+bwd", TRAIN_FLOP_FACTOR, Box::new(|s, c| Box::new(train::<Autodiff<Inner>>(s, c)))),
+    ]
+}
+
+/// Warns when a flash row did not run our kernels.
+fn check_route(name: &str, shape: [usize; 4]) {
+    if name == "flash"
+        && let Some(route) = last_route().filter(|r| !r.is_kernel())
+    {
+        eprintln!("warning: flash {shape:?} took {route}");
+    }
+}
+
+fn speed(shapes: &[[usize; 4]]) {
+    println!("impl,B,H,N,D,causal,pass,ms,tflops");
+    for &shape in shapes {
+        for causal in [false, true] {
+            let [b, h, n, d] = shape;
+            for (name, pass, factor, bench) in rows() {
+                let ms = time(bench(shape, causal));
+                check_route(name, shape);
+                let tflops = forward_flops(shape, causal) * factor / ms / 1e9;
+                println!("{name},{b},{h},{n},{d},{causal},{pass},{ms:.3},{tflops:.1}");
+            }
+        }
+    }
+}
+
+fn memory() {
+    println!("impl,B,H,N,D,causal,pass,peak_mib");
+    for n in MEMORY_SEQS {
+        let shape = [4, 16, n, 128];
+        let [b, h, _, d] = shape;
+        for (name, pass, _, bench) in rows() {
+            let peak = peak_mib(bench(shape, true));
+            check_route(name, shape);
+            println!("{name},{b},{h},{n},{d},true,{pass},{peak:.0}");
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let shapes: &[[usize; 4]] = if quick { &SHAPES[..1] } else { &SHAPES };
+    match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
+        Some("memory") => memory(),
+        Some("speed") | None => speed(shapes),
+        Some(other) => eprintln!("unknown mode {other}: use speed or memory"),
+    }
+}

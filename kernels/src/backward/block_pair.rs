@@ -1,0 +1,211 @@
+//! What dK/dV and dQ share: the shared-memory tiles of one (query block, key/value block) pair
+//! and the recomputation of `P` and `dS` on it (FlashAttention-2, Algorithm 2, lines 11-14):
+//!
+//! ```text
+//! S  = logits(Q K^T)          the shared transform of primitives::score
+//! P  = exp(S - lse)           0 exactly where masked
+//! dP = dO V^T
+//! dS = P ∘ (dP - delta) ∘ (1 - tanh²)   the last factor only with softcap
+//! ```
+//! `dS` is the gradient with respect to the scaled dot product divided by `scale`: the callers
+//! multiply their accumulated `dS K` / `dS^T Q` by `scale` once, when they write.
+use cubecl::prelude::*;
+
+use crate::primitives::score::{
+    is_masked_logit, scaled_logit, score, softcap_derivative, ScoreParams, ScoreTensors,
+};
+use crate::primitives::tile_io::{head_view, load_tile};
+
+use super::config::BackwardConfig;
+
+/// The f32 shared-memory tiles of one block pair, row-major.
+#[derive(CubeType)]
+pub struct BlockPairTiles {
+    /// `[block_q, head_dim_tile]`.
+    pub q: SharedMemory<f32>,
+    /// `[block_q, val_dim_tile]`.
+    pub d_out: SharedMemory<f32>,
+    /// `[block_kv, head_dim_tile]`.
+    pub k: SharedMemory<f32>,
+    /// `[block_kv, val_dim_tile]`.
+    pub v: SharedMemory<f32>,
+    /// `[block_q, score_tile_cols]`: P (dK/dV kernel only; one element otherwise).
+    pub p: SharedMemory<f32>,
+    /// `[block_q, score_tile_cols]`: dS.
+    pub ds: SharedMemory<f32>,
+    /// `[block_q]`: the forward's log-sum-exp of each query row.
+    pub lse: SharedMemory<f32>,
+    /// `[block_q]`: `rowsum(d_out ∘ o)` of each query row.
+    pub delta: SharedMemory<f32>,
+}
+
+/// Where a block pair sits inside its (batch, head).
+#[derive(CubeType, Clone, Copy)]
+pub struct BlockPair {
+    pub batch: u32,
+    pub head: u32,
+    /// First query row of the pair.
+    pub q_start: u32,
+    /// First key/value row of the pair.
+    pub kv_start: u32,
+}
+
+#[cube]
+pub fn new_tiles(#[comptime] config: BackwardConfig) -> BlockPairTiles {
+    BlockPairTiles {
+        q: SharedMemory::new(comptime!((config.block_q * config.head_dim_tile()) as usize)),
+        d_out: SharedMemory::new(comptime!((config.block_q * config.val_dim_tile()) as usize)),
+        k: SharedMemory::new(comptime!((config.block_kv * config.head_dim_tile()) as usize)),
+        v: SharedMemory::new(comptime!((config.block_kv * config.val_dim_tile()) as usize)),
+        p: SharedMemory::new(comptime!(config.p_tile_len() as usize)),
+        ds: SharedMemory::new(comptime!((config.block_q * config.score_tile_cols()) as usize)),
+        lse: SharedMemory::new(comptime!(config.block_q as usize)),
+        delta: SharedMemory::new(comptime!(config.block_q as usize)),
+    }
+}
+
+/// Loads Q, dO, lse and delta of the query block starting at `pair.q_start`. Rows past seq_q
+/// are zeros (their entries are masked). The caller synchronizes before reading.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn load_query_block<F: Float>(
+    q: &Tensor<F>,
+    d_out: &Tensor<F>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    tiles: &mut BlockPairTiles,
+    pair: &BlockPair,
+    #[comptime] config: BackwardConfig,
+) {
+    let units = config.units;
+    load_tile::<F, f32>(
+        q,
+        &head_view(q, pair.batch, pair.head),
+        &mut tiles.q,
+        pair.q_start,
+        config.block_q,
+        config.head_dim,
+        config.head_dim_tile(),
+        units,
+    );
+    load_tile::<F, f32>(
+        d_out,
+        &head_view(d_out, pair.batch, pair.head),
+        &mut tiles.d_out,
+        pair.q_start,
+        config.block_q,
+        config.val_dim,
+        config.val_dim_tile(),
+        units,
+    );
+    let row = pair.q_start + UNIT_POS;
+    if UNIT_POS < config.block_q {
+        let mut row_lse = 0.0f32;
+        let mut row_delta = 0.0f32;
+        if row < lse.shape(2) as u32 {
+            let b = pair.batch as usize;
+            let h = pair.head as usize;
+            let r = row as usize;
+            row_lse = lse[b * lse.stride(0) + h * lse.stride(1) + r * lse.stride(2)];
+            row_delta = delta[b * delta.stride(0) + h * delta.stride(1) + r * delta.stride(2)];
+        }
+        tiles.lse[UNIT_POS as usize] = row_lse;
+        tiles.delta[UNIT_POS as usize] = row_delta;
+    }
+}
+
+/// Loads K and V of the key/value block starting at `pair.kv_start`. Rows past seq_kv are
+/// zeros (their entries are masked). The caller synchronizes before reading.
+#[cube]
+pub fn load_kv_block<F: Float>(
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    tiles: &mut BlockPairTiles,
+    pair: &BlockPair,
+    #[comptime] config: BackwardConfig,
+) {
+    load_tile::<F, f32>(
+        k,
+        &head_view(k, pair.batch, pair.head),
+        &mut tiles.k,
+        pair.kv_start,
+        config.block_kv,
+        config.head_dim,
+        config.head_dim_tile(),
+        config.units,
+    );
+    load_tile::<F, f32>(
+        v,
+        &head_view(v, pair.batch, pair.head),
+        &mut tiles.v,
+        pair.kv_start,
+        config.block_kv,
+        config.val_dim,
+        config.val_dim_tile(),
+        config.units,
+    );
+}
+
+/// Recomputes P (when the config keeps it) and dS of the block pair into the tiles. Unit
+/// `UNIT_POS` computes entries `UNIT_POS + t * units`; the entry `(i, j)` is `i * block_kv + j`,
+/// so neighbouring units read neighbouring K / V rows. `masked_pass` emits the tail, causal and
+/// mask checks; without it the caller guarantees every entry is in bounds and visible.
+/// The tiles must be loaded and synchronized; the caller synchronizes after.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn recompute_p_and_ds<F: Float, M: Int>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &mut BlockPairTiles,
+    pair: &BlockPair,
+    #[comptime] config: BackwardConfig,
+    #[comptime] masked_pass: bool,
+) {
+    let dk = config.head_dim_tile();
+    let dv = config.val_dim_tile();
+    let score_cols = config.score_tile_cols();
+    #[unroll]
+    for t in 0..config.entries_per_unit() {
+        let entry = UNIT_POS + t * config.units;
+        if entry < config.entries() {
+            let i = entry / config.block_kv;
+            let j = entry % config.block_kv;
+            let mut dot = 0.0f32;
+            for c in 0..config.head_dim {
+                dot += tiles.q[(i * dk + c) as usize] * tiles.k[(j * dk + c) as usize];
+            }
+            let logit = score::<F, M>(
+                dot,
+                pair.q_start + i,
+                pair.kv_start + j,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+            let mut p = 0.0f32;
+            let mut ds = 0.0f32;
+            // A masked entry gets P = 0 and dS = 0 exactly: its logit is a finite sentinel, and
+            // the lse of a fully masked row is f32::MAX, so no exp or product here can give NaN.
+            if !is_masked_logit(logit) {
+                p = f32::exp(logit - tiles.lse[i as usize]);
+                let mut dp = 0.0f32;
+                for c in 0..config.val_dim {
+                    dp += tiles.d_out[(i * dv + c) as usize] * tiles.v[(j * dv + c) as usize];
+                }
+                let capped = scaled_logit(dot, params, config.score);
+                ds = p * (dp - tiles.delta[i as usize])
+                    * softcap_derivative(capped, params, config.score);
+            }
+            let at = (i * score_cols + j) as usize;
+            if comptime!(config.keeps_p()) {
+                tiles.p[at] = p;
+            }
+            tiles.ds[at] = ds;
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! The ONE comptime configuration of the backward kernels ([`super::dkdv`] and [`super::dq`]),
+//! and how it is chosen from the problem and `client.properties()`.
+//!
+//! Both kernels work on a pair of blocks at a time: `block_q` query rows (with their `d_out`,
+//! lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks for a fixed
+//! key/value block; dQ iterates over key/value blocks for a fixed query block. Every tile lives
+//! in shared memory as f32; the accumulators live in registers.
+use cubecl::ir::DeviceProperties;
+
+use crate::error::FlashError;
+use crate::primitives::score::ScoreOptions;
+use crate::problem::AttentionProblem;
+
+/// Bytes of one f32: every staged tile and every accumulator is f32.
+const F32_BYTES: usize = 4;
+/// Block sizes tried, largest first. Powers of two keep the work per unit even; 1 makes every
+/// head_dim fit any device with at least a few KiB of shared memory.
+const BLOCK_CANDIDATES: [u32; 7] = [64, 32, 16, 8, 4, 2, 1];
+/// Units per cube for small block pairs: 4 planes of 32, 2 waves of 64, 16 lavapipe planes.
+const UNITS_SMALL: u32 = 128;
+/// Units per cube once a block pair has at least `UNITS_LARGE * 8` entries, so that each unit
+/// still owns several score entries and accumulator elements.
+const UNITS_LARGE: u32 = 256;
+/// Score entries per unit from which the larger cube pays off.
+const ENTRIES_PER_UNIT_FOR_LARGE: u32 = 8;
+/// Register budget of the accumulators of one unit (f32 values): beyond this the compilers
+/// spill to local memory, which costs more than smaller blocks.
+const MAX_ACCUMULATORS_PER_UNIT: u32 = 64;
+
+/// Which gradient kernel a configuration is for: they hold different tiles and accumulators.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum BackwardKernel {
+    /// Outer loop over key/value blocks; accumulates dK and dV.
+    KeyValue,
+    /// Outer loop over query blocks; accumulates dQ.
+    Query,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct BackwardConfig {
+    pub kernel: BackwardKernel,
+    /// Query rows per tile.
+    pub block_q: u32,
+    /// Key/value rows per tile.
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o, d_out columns).
+    pub val_dim: u32,
+    /// Units per cube (1D).
+    pub units: u32,
+    pub score: ScoreOptions,
+}
+
+impl BackwardConfig {
+    /// Row length of the Q and K tiles: head_dim made odd, so that units reading one column of
+    /// consecutive rows hit different shared-memory banks.
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim | 1
+    }
+
+    /// Row length of the d_out and V tiles (odd, for the same reason).
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim | 1
+    }
+
+    /// Row length of the P and dS tiles: block_kv + 1 so that rows start in different banks.
+    pub fn score_tile_cols(&self) -> u32 {
+        self.block_kv + 1
+    }
+
+    /// Score entries of one block pair.
+    pub fn entries(&self) -> u32 {
+        self.block_q * self.block_kv
+    }
+
+    /// Score entries each unit computes per block pair.
+    pub fn entries_per_unit(&self) -> u32 {
+        self.entries().div_ceil(self.units)
+    }
+
+    /// Rows of the accumulated gradients: block_kv for dK/dV, block_q for dQ.
+    pub fn accumulated_rows(&self) -> u32 {
+        match self.kernel {
+            BackwardKernel::KeyValue => self.block_kv,
+            BackwardKernel::Query => self.block_q,
+        }
+    }
+
+    /// Elements of the head_dim-wide gradient (dK or dQ) each unit accumulates.
+    pub fn head_acc_per_unit(&self) -> u32 {
+        (self.accumulated_rows() * self.head_dim).div_ceil(self.units)
+    }
+
+    /// Elements of dV each unit accumulates (dK/dV kernel only; 0 for dQ).
+    pub fn val_acc_per_unit(&self) -> u32 {
+        match self.kernel {
+            BackwardKernel::KeyValue => (self.block_kv * self.val_dim).div_ceil(self.units),
+            BackwardKernel::Query => 0,
+        }
+    }
+
+    /// Whether the P tile is kept (dV needs it; dQ only needs dS).
+    pub fn keeps_p(&self) -> bool {
+        self.kernel == BackwardKernel::KeyValue
+    }
+
+    /// Elements of the P tile (1 when it is not kept: shared arrays cannot be empty).
+    pub fn p_tile_len(&self) -> u32 {
+        if self.keeps_p() { self.block_q * self.score_tile_cols() } else { 1 }
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
+        let ds = bq * self.score_tile_cols() as usize;
+        // lse and delta of the query block.
+        let row_stats = 2 * bq;
+        (rows_dims + ds + self.p_tile_len() as usize + row_stats) * F32_BYTES
+    }
+
+    fn fits(&self, props: &DeviceProperties) -> bool {
+        self.shared_memory_bytes() <= props.hardware.max_shared_memory_size
+            && self.units <= props.hardware.max_units_per_cube
+            && self.head_acc_per_unit() + self.val_acc_per_unit() <= MAX_ACCUMULATORS_PER_UNIT
+    }
+}
+
+/// A chosen configuration and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackwardPlan {
+    pub config: BackwardConfig,
+    pub reason: String,
+}
+
+/// The score options of a problem (what the logit transform reads and applies).
+pub fn score_options(problem: &AttentionProblem) -> ScoreOptions {
+    ScoreOptions {
+        causal: problem.causal,
+        has_mask: problem.mask.is_some(),
+        has_bias: problem.has_bias,
+        has_softcap: problem.softcap.is_some(),
+    }
+}
+
+/// Largest candidate block not much larger than the sequence: bigger blocks only idle units.
+fn useful_block(seq: usize) -> u32 {
+    (seq.next_power_of_two() as u32).min(BLOCK_CANDIDATES[0])
+}
+
+/// Picks the largest block pair that fits the device's shared memory, cube size and the
+/// accumulator register budget. The outer (accumulated) block is favoured: it is reused across
+/// the whole inner loop.
+pub fn plan_backward(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+) -> Result<BackwardPlan, FlashError> {
+    problem.validate()?;
+    let (outer_seq, inner_seq) = match kernel {
+        BackwardKernel::KeyValue => (problem.seq_kv, problem.seq_q),
+        BackwardKernel::Query => (problem.seq_q, problem.seq_kv),
+    };
+    let (max_outer, max_inner) = (useful_block(outer_seq), useful_block(inner_seq));
+    for outer in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_outer) {
+        for inner in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_inner.min(outer)) {
+            let (block_q, block_kv) = match kernel {
+                BackwardKernel::KeyValue => (inner, outer),
+                BackwardKernel::Query => (outer, inner),
+            };
+            let units = if block_q * block_kv >= UNITS_LARGE * ENTRIES_PER_UNIT_FOR_LARGE {
+                UNITS_LARGE
+            } else {
+                UNITS_SMALL
+            };
+            let config = BackwardConfig {
+                kernel,
+                block_q,
+                block_kv,
+                head_dim: problem.head_dim as u32,
+                val_dim: problem.val_dim as u32,
+                units,
+                score: score_options(problem),
+            };
+            if config.fits(props) {
+                let reason = format!(
+                    "{kernel:?} kernel: block_q = {block_q}, block_kv = {block_kv}, {units} units: \
+                     largest that fit {} of {} bytes of shared memory and {} accumulators per unit",
+                    config.shared_memory_bytes(),
+                    props.hardware.max_shared_memory_size,
+                    MAX_ACCUMULATORS_PER_UNIT
+                );
+                return Ok(BackwardPlan { config, reason });
+            }
+        }
+    }
+    Err(FlashError::Device(format!(
+        "head_dim {} / val_dim {} do not fit in {} bytes of shared memory with 1-row blocks",
+        problem.head_dim, problem.val_dim, props.hardware.max_shared_memory_size
+    )))
+}

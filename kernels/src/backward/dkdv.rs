@@ -1,0 +1,231 @@
+//! dK and dV: FlashAttention-2's backward outer loop over key/value blocks (Algorithm 2).
+//!
+//! One cube per (key/value block, batch * head). K and V of the block stay in shared memory;
+//! the query blocks that can see the block stream through it (causal: the query blocks above
+//! the diagonal are skipped). Per query block:
+//! ```text
+//! P, dS  recomputed from Q, K, V, dO, lse, delta        (block_pair)
+//! dV    += P^T dO
+//! dK    += dS^T Q          (times scale once, at the end)
+//! ```
+//! Each unit owns fixed elements of dK and dV in registers, so every element is written once
+//! by one unit: no atomics, bit-identical reruns.
+use cubecl::prelude::*;
+
+use crate::forward::score_tensors;
+use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
+
+use super::block_pair::{
+    load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
+};
+use super::config::{BackwardConfig, BackwardKernel};
+use super::GradientInputs;
+
+/// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
+/// [`super::config::plan_backward`]). `dk` and `dv` are fully overwritten.
+///
+/// # Important
+///
+/// The caller has checked every shape against the problem; the kernel trusts them.
+pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
+    client: &ComputeClient<R>,
+    inputs: GradientInputs<R>,
+    dk: TensorBinding<R>,
+    dv: TensorBinding<R>,
+    params: ScoreParamsLaunch<R>,
+    config: BackwardConfig,
+    kv_blocks: u32,
+    heads_total: u32,
+) {
+    debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
+    let args = inputs.into_args::<F>(client);
+    // SAFETY: shapes and strides were validated against the problem; every global access is
+    // bounds-checked against the problem's sizes inside the kernel.
+    unsafe {
+        flash_attention_backward_dkdv_kernel::launch_unchecked::<F, M, R>(
+            client,
+            CubeCount::Static(kv_blocks, heads_total, 1),
+            CubeDim::new_1d(config.units),
+            args.q,
+            args.k,
+            args.v,
+            args.d_out,
+            args.lse,
+            args.delta,
+            args.mask,
+            args.bias,
+            dk.into_tensor_arg(),
+            dv.into_tensor_arg(),
+            params,
+            config,
+        )
+    }
+}
+
+/// This unit's dK and dV elements.
+#[derive(CubeType)]
+struct KeyValueGradients {
+    /// `Σ dS^T Q` for elements `UNIT_POS + t * units` of the `[block_kv, head_dim]` block.
+    dk: Array<f32>,
+    /// `Σ P^T dO` for elements `UNIT_POS + t * units` of the `[block_kv, val_dim]` block.
+    dv: Array<f32>,
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    d_out: &Tensor<F>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    params: ScoreParams,
+    #[comptime] config: BackwardConfig,
+) {
+    let heads = q.shape(1) as u32;
+    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
+    let kv_start = CUBE_POS_X * config.block_kv;
+    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let mut tiles = new_tiles(config);
+    let mut grads = KeyValueGradients {
+        dk: Array::new(comptime!(config.head_acc_per_unit() as usize)),
+        dv: Array::new(comptime!(config.val_acc_per_unit() as usize)),
+    };
+    #[unroll]
+    for t in 0..config.head_acc_per_unit() {
+        grads.dk[t as usize] = 0.0f32;
+    }
+    #[unroll]
+    for t in 0..config.val_acc_per_unit() {
+        grads.dv[t as usize] = 0.0f32;
+    }
+
+    // Step 1: K and V of this block, once; the first query block's sync makes them visible.
+    let first = BlockPair { batch, head, q_start: 0, kv_start };
+    load_kv_block::<F>(k, v, &mut tiles, &first, config);
+
+    // Step 2: the query blocks that see this block. Causal (bottom-right): row i sees column j
+    // iff j + seq_q <= i + seq_kv, so rows below `kv_start + seq_q - seq_kv` see none of it.
+    let mut first_row = 0u32;
+    if comptime!(config.score.causal) {
+        let reach = kv_start + params.seq_q;
+        first_row = select(reach > params.seq_kv, reach - params.seq_kv, 0u32);
+    }
+    let q_blocks = params.seq_q.div_ceil(config.block_q);
+    for q_block in first_row / config.block_q..q_blocks {
+        let pair = BlockPair { batch, head, q_start: q_block * config.block_q, kv_start };
+        load_query_block::<F>(q, d_out, lse, delta, &mut tiles, &pair, config);
+        sync_cube();
+        // A uniform branch: every unit of the cube takes the same pass.
+        if needs_masked_pass(&pair, &params, config) {
+            accumulate_query_block::<F, M>(
+                mask, bias, &params, &tensors, &mut tiles, &pair, &mut grads, config, true,
+            );
+        } else {
+            accumulate_query_block::<F, M>(
+                mask, bias, &params, &tensors, &mut tiles, &pair, &mut grads, config, false,
+            );
+        }
+    }
+
+    // Step 3: write dK = scale * Σ dS^T Q and dV = Σ P^T dO (rows past seq_kv are not written).
+    write_block::<F>(dk, &grads.dk, batch, head, kv_start, params.seq_kv, params.scale, config.head_dim, config);
+    write_block::<F>(dv, &grads.dv, batch, head, kv_start, params.seq_kv, 1.0f32, config.val_dim, config);
+}
+
+/// Whether some entry of the pair may be masked: a tail block, an explicit mask, or a causal
+/// pair whose top-right entry (first query row, last key/value row) is hidden.
+#[cube]
+fn needs_masked_pass(pair: &BlockPair, params: &ScoreParams, #[comptime] config: BackwardConfig) -> bool {
+    let q_end = pair.q_start + config.block_q;
+    let kv_end = pair.kv_start + config.block_kv;
+    let mut masked = q_end > params.seq_q || kv_end > params.seq_kv;
+    if comptime!(config.score.causal) {
+        masked = masked || kv_end - 1 + params.seq_q > pair.q_start + params.seq_kv;
+    }
+    if comptime!(config.score.has_mask) {
+        masked = true;
+    }
+    masked
+}
+
+/// One query block: recompute P and dS, then `dV += P^T dO`, `dK += dS^T Q` for this unit's
+/// elements. Synchronizes the cube before returning (the next block overwrites the tiles).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn accumulate_query_block<F: Float, M: Int>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &mut BlockPairTiles,
+    pair: &BlockPair,
+    grads: &mut KeyValueGradients,
+    #[comptime] config: BackwardConfig,
+    #[comptime] masked_pass: bool,
+) {
+    recompute_p_and_ds::<F, M>(mask, bias, params, tensors, tiles, pair, config, masked_pass);
+    sync_cube();
+
+    let score_cols = config.score_tile_cols();
+    let dk_cols = config.head_dim_tile();
+    let dv_cols = config.val_dim_tile();
+    // Element e of a [block_kv, dim] block is row e / dim, column e % dim. Elements past the
+    // block (the last unit's remainder) are clamped onto the last one and never written.
+    let dk_last = config.block_kv * config.head_dim - 1;
+    let dv_last = config.block_kv * config.val_dim - 1;
+    // Each element sums this block's rows first and adds the block sum once: the f32 error
+    // grows with block_q + seq_q / block_q instead of seq_q.
+    #[unroll]
+    for t in 0..config.val_acc_per_unit() {
+        let e = min(UNIT_POS + t * config.units, dv_last);
+        let (j, c) = (e / config.val_dim, e % config.val_dim);
+        let mut block_sum = 0.0f32;
+        for i in 0..config.block_q {
+            block_sum += tiles.p[(i * score_cols + j) as usize] * tiles.d_out[(i * dv_cols + c) as usize];
+        }
+        grads.dv[t as usize] += block_sum;
+    }
+    #[unroll]
+    for t in 0..config.head_acc_per_unit() {
+        let e = min(UNIT_POS + t * config.units, dk_last);
+        let (j, c) = (e / config.head_dim, e % config.head_dim);
+        let mut block_sum = 0.0f32;
+        for i in 0..config.block_q {
+            block_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.q[(i * dk_cols + c) as usize];
+        }
+        grads.dk[t as usize] += block_sum;
+    }
+    sync_cube();
+}
+
+/// Writes this unit's elements of a `[block_kv, dim]` gradient block, times `factor`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_block<F: Float>(
+    out: &mut Tensor<F>,
+    acc: &Array<f32>,
+    batch: u32,
+    head: u32,
+    kv_start: u32,
+    seq_kv: u32,
+    factor: f32,
+    #[comptime] dim: u32,
+    #[comptime] config: BackwardConfig,
+) {
+    let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
+    #[unroll]
+    for t in 0..comptime!((config.block_kv * dim).div_ceil(config.units)) {
+        let e = UNIT_POS + t * config.units;
+        let row = kv_start + e / dim;
+        if e < config.block_kv * dim && row < seq_kv {
+            let at = base + row as usize * out.stride(2) + (e % dim) as usize * out.stride(3);
+            out[at] = F::cast_from(acc[t as usize] * factor);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The ONE comptime configuration of the forward kernels. Everything the kernels size or
+//! branch on at compile time is here; [`crate::heuristics`] fills it from the problem and the
+//! device. Derived sizes are methods, so the kernels and the heuristics agree on them.
+use crate::primitives::score::ScoreOptions;
+
+/// How the tiles are multiplied.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum ForwardPath {
+    /// Scalar FMAs on f32 tiles in shared memory; row reductions through shared memory, no
+    /// plane operations. Runs everywhere (WGPU, lavapipe, HIP bf16, f32 on every device).
+    Portable,
+    /// `cmma` fragments for `S = Q K^T` and `O += P V`, softmax through shared memory.
+    /// Needs a registered cmma config for (dtype, dtype, f32, 16x16x16).
+    Matrix,
+}
+
+impl ForwardPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardPath::Portable => "portable",
+            ForwardPath::Matrix => "matrix",
+        }
+    }
+}
+
+/// Edge of one cmma tile (m = n = k): the matrix path pads head_dim and val_dim to it.
+pub const MATRIX_TILE: u32 = 16;
+/// Bytes of one f32 (softmax statistics, S, the portable tiles and the accumulators).
+const F32_BYTES: usize = 4;
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct FlashConfig {
+    pub path: ForwardPath,
+    /// Query rows per cube.
+    pub block_q: u32,
+    /// Key/value rows per iteration of the main loop.
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o columns).
+    pub val_dim: u32,
+    /// Units that share one query row (its S columns, its O columns, its softmax partials).
+    /// Portable: a free choice; matrix: `plane_size / MATRIX_TILE`.
+    pub units_per_row: u32,
+    /// Matrix path: units per plane (32 on NVIDIA, 64 on AMD wave64). Unused by the portable
+    /// path, which never relies on planes.
+    pub plane_size: u32,
+    /// Bytes per element of q, k, v (the matrix path stages its tiles in that type).
+    pub elem_bytes: u32,
+    /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
+    pub precise_math: bool,
+    /// Portable path: q·k accumulated in f64 (f32 outputs, on devices with f64 arithmetic).
+    pub f64_dot: bool,
+    pub score: ScoreOptions,
+}
+
+impl FlashConfig {
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.block_q * self.units_per_row
+    }
+
+    /// Rows of S each unit handles: `block_kv / units_per_row` columns of its row.
+    pub fn kv_cols_per_unit(&self) -> u32 {
+        self.block_kv / self.units_per_row
+    }
+
+    /// Columns of O each unit accumulates (`ceil(val_dim / units_per_row)`, padded dims on
+    /// the matrix path).
+    pub fn out_cols_per_unit(&self) -> u32 {
+        self.val_dim_tile().div_ceil(self.units_per_row)
+    }
+
+    /// Row length of the Q and K tiles in shared memory. Portable: head_dim made odd, so that
+    /// units reading one column of different rows hit different banks. Matrix: padded to the
+    /// cmma tile (the padding is zero).
+    pub fn head_dim_tile(&self) -> u32 {
+        match self.path {
+            ForwardPath::Portable => self.head_dim | 1,
+            ForwardPath::Matrix => self.head_dim.next_multiple_of(MATRIX_TILE),
+        }
+    }
+
+    /// Row length of the V tile (and of the matrix path's O block). Portable: val_dim rounded
+    /// up to a multiple of units_per_row, so every unit's last O column exists (as zeros).
+    pub fn val_dim_tile(&self) -> u32 {
+        match self.path {
+            ForwardPath::Portable => self.val_dim.next_multiple_of(self.units_per_row),
+            ForwardPath::Matrix => self.val_dim.next_multiple_of(MATRIX_TILE),
+        }
+    }
+
+    /// Row length of the S / P tiles. Portable: block_kv + 1 so rows start in different
+    /// banks; matrix: block_kv (cmma needs strides that are multiples of the tile).
+    pub fn score_tile_cols(&self) -> u32 {
+        match self.path {
+            ForwardPath::Portable => self.block_kv + 1,
+            ForwardPath::Matrix => self.block_kv,
+        }
+    }
+
+    /// Planes per cube on the matrix path: one plane per 16 query rows.
+    pub fn num_planes(&self) -> u32 {
+        self.block_q / MATRIX_TILE
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
+        let partials = 2 * bq * self.units_per_row as usize * F32_BYTES;
+        let score_tile = bq * self.score_tile_cols() as usize;
+        match self.path {
+            ForwardPath::Portable => {
+                (bq * dk + bkv * dk + bkv * dv + score_tile) * F32_BYTES + partials
+            }
+            ForwardPath::Matrix => {
+                let staged = (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
+                let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
+                staged + f32_tiles + partials
+            }
+        }
+    }
+}

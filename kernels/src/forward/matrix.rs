@@ -1,0 +1,318 @@
+//! The matrix forward path: `S = Q K^T` and `P V` on 16x16x16 `cmma` fragments, the online
+//! softmax through shared memory.
+//!
+//! One cube per (query block, batch * head), `block_q / 16` planes; plane `p` owns query rows
+//! `[16p, 16p + 16)` of the block. Per key/value block: each plane computes its 16 rows of S
+//! into shared memory (f32), the units of each row turn them into logits and P (stored in the
+//! input dtype, as FA-2 does), each plane computes its rows of `P V` into shared memory, and
+//! every unit folds its O columns into f32 registers with the `alpha` rescale.
+//! head_dim and val_dim are padded to 16 with zeros in the tiles.
+//!
+//! Needs a registered cmma config for (F, F, f32, 16x16x16) and a plane size that is a
+//! multiple of 16; `heuristics` never picks it otherwise. Synchronization is cube-wide only
+//! (`sync_plane` does not compile on HIP), and control flow is uniform across the cube.
+use cubecl::prelude::*;
+
+use crate::config::{FlashConfig, MATRIX_TILE};
+use crate::primitives::block_range::kv_block_range;
+use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::score::{score, ScoreParams, ScoreParamsLaunch, ScoreTensors};
+use crate::primitives::tile_io::{head_view, load_tile, HeadView};
+
+use super::{score_tensors, softmax_block, unit_role, write_outputs, ForwardArgs, UnitRole};
+
+/// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
+/// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
+const CMMA_ALIGN: usize = 32;
+
+/// Launches the matrix kernel. The caller (`flash_attention_forward`) has validated the
+/// problem and checked that the device registers the cmma config.
+pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
+    client: &ComputeClient<R>,
+    args: ForwardArgs<R>,
+    params: ScoreParamsLaunch<R>,
+    config: FlashConfig,
+    cube_count: CubeCount,
+) {
+    let cube_dim = CubeDim::new_2d(config.plane_size, config.num_planes());
+    // SAFETY: shapes and strides were validated against the problem; global reads are
+    // bounds-checked in the tile loads and global writes against seq_q / val_dim.
+    unsafe {
+        flash_attention_forward_matrix_kernel::launch_unchecked::<F, M, R>(
+            client,
+            cube_count,
+            cube_dim,
+            args.q,
+            args.k,
+            args.v,
+            args.mask,
+            args.bias,
+            args.o,
+            args.lse,
+            params,
+            config,
+        )
+    }
+}
+
+/// Shared-memory tiles of one cube.
+#[derive(CubeType)]
+struct Tiles<F: Float> {
+    /// `[block_q, head_dim_tile]` in F, loaded once, zero-padded.
+    q: SharedMemory<F>,
+    /// `[block_kv, head_dim_tile]` in F, one key block, zero-padded.
+    k: SharedMemory<F>,
+    /// `[block_kv, val_dim_tile]` in F, one value block, zero-padded.
+    v: SharedMemory<F>,
+    /// `[block_q, block_kv]` f32: raw `q · k` of the current block.
+    s: SharedMemory<f32>,
+    /// `[block_q, block_kv]` in F: the probabilities, A operand of `P V`.
+    p: SharedMemory<F>,
+    /// `[block_q, val_dim_tile]` f32: `P V` of the current block.
+    pv: SharedMemory<f32>,
+    /// One f32 per unit: partial row maxima.
+    partial_max: SharedMemory<f32>,
+    /// One f32 per unit: partial row sums.
+    partial_sum: SharedMemory<f32>,
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    params: ScoreParams,
+    #[comptime] config: FlashConfig,
+) {
+    let units = comptime!(config.units());
+    let q_block = CUBE_POS_X;
+    let heads = q.shape(1) as u32;
+    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
+    let q_start = q_block * config.block_q;
+    let role = unit_role(q_start, params.seq_q, config.units_per_row);
+    let k_view = head_view(k, batch, head);
+    let v_view = head_view(v, batch, head);
+    let tensors = score_tensors(mask, bias, batch, head, config.score);
+
+    let mut tiles = Tiles::<F> {
+        q: SharedMemory::new_aligned(comptime!((config.block_q * config.head_dim_tile()) as usize), CMMA_ALIGN),
+        k: SharedMemory::new_aligned(comptime!((config.block_kv * config.head_dim_tile()) as usize), CMMA_ALIGN),
+        v: SharedMemory::new_aligned(comptime!((config.block_kv * config.val_dim_tile()) as usize), CMMA_ALIGN),
+        s: SharedMemory::new_aligned(comptime!((config.block_q * config.block_kv) as usize), CMMA_ALIGN),
+        p: SharedMemory::new_aligned(comptime!((config.block_q * config.block_kv) as usize), CMMA_ALIGN),
+        pv: SharedMemory::new_aligned(comptime!((config.block_q * config.val_dim_tile()) as usize), CMMA_ALIGN),
+        partial_max: SharedMemory::new(units as usize),
+        partial_sum: SharedMemory::new(units as usize),
+    };
+    // Step 1: the query block, once. The first key block's sync makes it visible.
+    load_tile::<F, F>(
+        q,
+        &head_view(q, batch, head),
+        &mut tiles.q,
+        q_start,
+        config.block_q,
+        config.head_dim,
+        config.head_dim_tile(),
+        units,
+    );
+
+    let mut acc = Array::<f32>::new(comptime!(config.out_cols_per_unit() as usize));
+    #[unroll]
+    for c in 0..config.out_cols_per_unit() {
+        acc[c as usize] = 0.0f32;
+    }
+    let mut softmax = OnlineSoftmax::new();
+
+    // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
+    let range = kv_block_range(q_block, &params, config.block_q, config.block_kv, config.score);
+    for kv_block in 0..range.first_masked {
+        attend_kv_block::<F, M>(
+            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
+            &mut softmax, &mut acc, config, false,
+        );
+    }
+    for kv_block in range.first_masked..range.end {
+        attend_kv_block::<F, M>(
+            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
+            &mut softmax, &mut acc, config, true,
+        );
+    }
+
+    // Step 3: normalize once and write O and the log-sum-exp.
+    if q_start + role.row < params.seq_q {
+        write_outputs::<F>(
+            o,
+            lse,
+            &acc,
+            &softmax,
+            batch,
+            head,
+            q_start + role.row,
+            role.lane,
+            config.units_per_row,
+            config.val_dim,
+            config.out_cols_per_unit(),
+            config.precise_math,
+        );
+    }
+}
+
+/// One iteration of the main loop (see the module doc). `masked_pass` emits the tail / causal
+/// / mask checks of the logits.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn attend_kv_block<F: Float, M: Int>(
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    k_view: &HeadView,
+    v_view: &HeadView,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    kv_block: u32,
+    role: UnitRole,
+    tiles: &mut Tiles<F>,
+    softmax: &mut OnlineSoftmax,
+    acc: &mut Array<f32>,
+    #[comptime] config: FlashConfig,
+    #[comptime] masked_pass: bool,
+) {
+    let units = comptime!(config.units());
+    let lanes = config.units_per_row;
+    let dk = comptime!(config.head_dim_tile());
+    let dv = comptime!(config.val_dim_tile());
+    let bkv = config.block_kv;
+    let kv_start = kv_block * bkv;
+    // First row of this plane's 16 query rows.
+    let plane_row = UNIT_POS_Y * MATRIX_TILE;
+
+    load_tile::<F, F>(k, k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk, units);
+    load_tile::<F, F>(v, v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv, units);
+    sync_cube();
+
+    // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
+    #[unroll]
+    for n in 0..comptime!(bkv / MATRIX_TILE) {
+        let s = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        );
+        #[unroll]
+        for kk in 0..comptime!(dk / MATRIX_TILE) {
+            let q_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::RowMajor,
+                &tiles.q.slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
+                dk,
+            );
+            let k_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::ColMajor,
+                &tiles.k.slice(((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize, tiles.k.len()),
+                dk,
+            );
+            cmma::execute::<F, F, f32, f32>(&q_frag, &k_frag, &s, &s);
+        }
+        let s_len = tiles.s.len();
+        cmma::store(
+            &mut tiles.s.slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
+            &s,
+            bkv,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+    sync_cube();
+
+    // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
+    let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
+    let s_row = (role.row * bkv) as usize;
+    #[unroll]
+    for t in 0..config.kv_cols_per_unit() {
+        let col = role.lane + t * lanes;
+        let dot = tiles.s[s_row + col as usize];
+        logits[t as usize] = score::<F, M>(
+            dot, role.read_row, kv_start + col, params, tensors, mask, bias, config.score, masked_pass,
+        );
+    }
+    let alpha = softmax_block::<F>(
+        &logits,
+        softmax,
+        &mut tiles.p,
+        &mut tiles.partial_max,
+        &mut tiles.partial_sum,
+        role,
+        config.kv_cols_per_unit(),
+        lanes,
+        bkv,
+        masked_pass,
+        config.precise_math,
+    );
+
+    // P V for this plane's rows, into shared memory.
+    #[unroll]
+    for n in 0..comptime!(dv / MATRIX_TILE) {
+        let pv = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        );
+        #[unroll]
+        for kk in 0..comptime!(bkv / MATRIX_TILE) {
+            let p_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::RowMajor,
+                &tiles.p.slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
+                bkv,
+            );
+            let v_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::RowMajor,
+                &tiles.v.slice(((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize, tiles.v.len()),
+                dv,
+            );
+            cmma::execute::<F, F, f32, f32>(&p_frag, &v_frag, &pv, &pv);
+        }
+        let pv_len = tiles.pv.len();
+        cmma::store(
+            &mut tiles.pv.slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
+            &pv,
+            dv,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+    sync_cube();
+
+    // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
+    // come after this block's last reads of K, V and P (all before the sync above), and its
+    // writes of S, P, PV after at least one more sync.
+    let pv_row = (role.row * dv + role.lane) as usize;
+    #[unroll]
+    for c in 0..config.out_cols_per_unit() {
+        acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
+    }
+}

@@ -1,0 +1,239 @@
+//! Picks the forward path and block sizes from the problem and `client.properties()`, with the
+//! reason for every choice (the Burn side logs it).
+//!
+//! Reference devices: lavapipe (32 KiB shared memory, no cmma, plane size 8), MI300X (64 KiB
+//! LDS, wave64, cmma only with `hip-rocwmma` and only f16), H100/H200 (228 KiB, cmma for
+//! f16/bf16, plane size 32).
+use cubecl::ir::features::MmaConfig;
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageType};
+
+use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE};
+use crate::error::FlashError;
+use crate::primitives::score::ScoreOptions;
+use crate::problem::{AttentionProblem, FloatKind, MaskKind};
+
+/// Fewest units sharing one query row on the portable path: enough to split a row's S and O
+/// columns, few enough that the per-row reductions through shared memory stay short.
+const PORTABLE_MIN_UNITS_PER_ROW: u32 = 4;
+/// Most O accumulators one unit keeps in registers on the portable path; wider val_dims get
+/// more units per row. Beyond this, lavapipe's per-invocation stacks overflow (whole cubes then
+/// write nothing) and GPUs spill registers.
+const PORTABLE_MAX_OUT_COLS_PER_UNIT: u32 = 32;
+/// Block sizes tried, largest first: powers of two keep the cube a whole number of planes on
+/// every device; 8 is the smallest that still fills a lavapipe plane with 4 units per row.
+const BLOCK_CANDIDATES: [u32; 4] = [64, 32, 16, 8];
+/// Query rows per plane on the matrix path: one cmma tile of rows.
+const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
+/// Planes per cube on the matrix path (block_q = 4 * 16 = 64, FA-2's choice for d <= 128).
+const MATRIX_PLANES: u32 = 4;
+/// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
+const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
+
+/// The chosen configuration and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardPlan {
+    pub config: FlashConfig,
+    /// One sentence per choice: the path, then the block sizes.
+    pub reason: String,
+}
+
+/// The cubecl element type of a [`FloatKind`].
+pub fn elem_type(dtype: FloatKind) -> ElemType {
+    match dtype {
+        FloatKind::F16 => ElemType::Float(IrFloatKind::F16),
+        FloatKind::BF16 => ElemType::Float(IrFloatKind::BF16),
+        FloatKind::F32 => ElemType::Float(IrFloatKind::F32),
+    }
+}
+
+/// The cubecl element type of a [`MaskKind`].
+pub fn mask_elem_type(kind: MaskKind) -> ElemType {
+    match kind {
+        MaskKind::U8 => ElemType::UInt(cubecl::ir::UIntKind::U8),
+        MaskKind::U32 => ElemType::UInt(cubecl::ir::UIntKind::U32),
+    }
+}
+
+/// Whether the device registers a 16x16x16 cmma with `dtype` inputs and f32 accumulation.
+pub fn has_matrix_units(props: &DeviceProperties, dtype: FloatKind) -> bool {
+    let elem: StorageType = elem_type(dtype).into();
+    props.features.matmul.cmma.contains(&MmaConfig {
+        a_type: elem,
+        b_type: elem,
+        cd_type: ElemType::Float(IrFloatKind::F32).into(),
+        m: MATRIX_TILE,
+        k: MATRIX_TILE,
+        n: MATRIX_TILE,
+    })
+}
+
+/// f32 outputs get the ~1 ulp exp / ln (WGSL's built-in exp may be off by 3 + 2|x| ulp) and,
+/// where the device has f64, q·k summed in f64 (an f32 sum of head_dim products carries
+/// several ulps): the FlashAttention rule holds f32 outputs to a few ulps of the exact result.
+/// f16 / bf16 outputs round far above both errors.
+fn precise_math(dtype: FloatKind) -> bool {
+    dtype == FloatKind::F32
+}
+
+fn score_options(problem: &AttentionProblem) -> ScoreOptions {
+    ScoreOptions {
+        causal: problem.causal,
+        has_mask: problem.mask.is_some(),
+        has_bias: problem.has_bias,
+        has_softcap: problem.softcap.is_some(),
+    }
+}
+
+/// Checks that the device can hold the problem's element types at all.
+fn check_types(props: &DeviceProperties, problem: &AttentionProblem) -> Result<(), FlashError> {
+    if !props.supports_type(elem_type(problem.dtype)) {
+        return Err(FlashError::Device(format!("{:?} tensors are not supported", problem.dtype)));
+    }
+    if let Some(kind) = problem.mask
+        && !props.supports_type(mask_elem_type(kind))
+    {
+        return Err(FlashError::Device(format!("{kind:?} mask tensors are not supported")));
+    }
+    Ok(())
+}
+
+/// Picks the path (matrix where the device has cmma for the dtype, portable otherwise, or
+/// `forced`) and the largest block sizes that fit the device.
+pub fn plan_forward(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    forced: Option<ForwardPath>,
+) -> Result<ForwardPlan, FlashError> {
+    problem.validate()?;
+    check_types(props, problem)?;
+    let matrix = has_matrix_units(props, problem.dtype);
+    let plane_size = props.hardware.plane_size_max;
+    let (path, why) = match forced {
+        Some(ForwardPath::Matrix) if !matrix => {
+            return Err(FlashError::Device(format!(
+                "the matrix path was forced but no 16x16x16 {:?} cmma is registered",
+                problem.dtype
+            )));
+        }
+        Some(path) => (path, "forced by the caller".to_string()),
+        None if problem.dtype == FloatKind::F32 => {
+            (ForwardPath::Portable, "f32 inputs: cmma would round them to tf32".to_string())
+        }
+        None if matrix => {
+            (ForwardPath::Matrix, format!("16x16x16 {:?} cmma is registered", problem.dtype))
+        }
+        None => (ForwardPath::Portable, format!("no 16x16x16 {:?} cmma on this device", problem.dtype)),
+    };
+    let config = match path {
+        ForwardPath::Portable => portable_config(props, problem),
+        ForwardPath::Matrix => matrix_config(props, problem, plane_size),
+    }?;
+    let max_units = props.hardware.max_units_per_cube;
+    if config.units() > max_units {
+        return Err(FlashError::Device(format!("{} units per cube > the device's {max_units}", config.units())));
+    }
+    let q_blocks = problem.seq_q.div_ceil(config.block_q as usize);
+    let (max_x, max_y, _) = props.hardware.max_cube_count;
+    if q_blocks > max_x as usize || problem.heads_total() > max_y as usize {
+        return Err(FlashError::Device(format!(
+            "grid ({q_blocks} query blocks, {} heads) exceeds the device's ({max_x}, {max_y})",
+            problem.heads_total()
+        )));
+    }
+    let reason = format!(
+        "{} path ({why}); block_q = {}, block_kv = {}: largest that fit {} of {} bytes of shared memory",
+        path.name(),
+        config.block_q,
+        config.block_kv,
+        config.shared_memory_bytes(),
+        props.hardware.max_shared_memory_size
+    );
+    Ok(ForwardPlan { config, reason })
+}
+
+/// Largest power of two >= `n`, at least the smallest candidate: blocks larger than the
+/// sequence only waste units.
+fn useful_block(n: usize) -> u32 {
+    let smallest = BLOCK_CANDIDATES[BLOCK_CANDIDATES.len() - 1];
+    (n.next_power_of_two() as u32).max(smallest)
+}
+
+/// Units per query row on the portable path: a power of two, at least
+/// PORTABLE_MIN_UNITS_PER_ROW, enough that no unit holds more than
+/// PORTABLE_MAX_OUT_COLS_PER_UNIT O columns.
+fn portable_units_per_row(val_dim: u32) -> u32 {
+    val_dim.div_ceil(PORTABLE_MAX_OUT_COLS_PER_UNIT).next_power_of_two().max(PORTABLE_MIN_UNITS_PER_ROW)
+}
+
+fn portable_config(props: &DeviceProperties, problem: &AttentionProblem) -> Result<FlashConfig, FlashError> {
+    let base = FlashConfig {
+        path: ForwardPath::Portable,
+        block_q: 0,
+        block_kv: 0,
+        head_dim: problem.head_dim as u32,
+        val_dim: problem.val_dim as u32,
+        units_per_row: portable_units_per_row(problem.val_dim as u32),
+        plane_size: props.hardware.plane_size_max,
+        elem_bytes: problem.dtype.size() as u32,
+        precise_math: precise_math(problem.dtype),
+        f64_dot: precise_math(problem.dtype) && props.supports_type(ElemType::Float(IrFloatKind::F64)),
+        score: score_options(problem),
+    };
+    let max_q = useful_block(problem.seq_q);
+    let max_kv = useful_block(problem.seq_kv);
+    let lanes = base.units_per_row;
+    for block_q in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_q) {
+        // Every unit of a row owns at least one S column: block_kv >= units_per_row.
+        for block_kv in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_kv.max(lanes) && b >= lanes) {
+            let config = FlashConfig { block_q, block_kv, ..base };
+            if fits(props, &config) {
+                return Ok(config);
+            }
+        }
+    }
+    Err(too_big(props, problem))
+}
+
+fn matrix_config(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    plane_size: u32,
+) -> Result<FlashConfig, FlashError> {
+    if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
+        return Err(FlashError::Device(format!(
+            "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
+        )));
+    }
+    let base = FlashConfig {
+        path: ForwardPath::Matrix,
+        block_q: MATRIX_PLANES * MATRIX_ROWS_PER_PLANE,
+        block_kv: 0,
+        head_dim: problem.head_dim as u32,
+        val_dim: problem.val_dim as u32,
+        units_per_row: plane_size / MATRIX_ROWS_PER_PLANE,
+        plane_size,
+        elem_bytes: problem.dtype.size() as u32,
+        precise_math: precise_math(problem.dtype),
+        f64_dot: false,
+        score: score_options(problem),
+    };
+    for block_kv in MATRIX_BLOCK_KV {
+        let config = FlashConfig { block_kv, ..base };
+        if fits(props, &config) {
+            return Ok(config);
+        }
+    }
+    Err(too_big(props, problem))
+}
+
+fn fits(props: &DeviceProperties, config: &FlashConfig) -> bool {
+    config.shared_memory_bytes() <= props.hardware.max_shared_memory_size
+        && config.units() <= props.hardware.max_units_per_cube
+}
+
+fn too_big(props: &DeviceProperties, problem: &AttentionProblem) -> FlashError {
+    FlashError::Device(format!(
+        "head_dim {} / val_dim {} do not fit in {} bytes of shared memory with the smallest blocks",
+        problem.head_dim, problem.val_dim, props.hardware.max_shared_memory_size
+    ))
+}

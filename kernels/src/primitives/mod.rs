@@ -1,0 +1,17 @@
+//! Small `#[cube]` pieces of the kernels, one concern each.
+//!
+//! - [`score`]: the logit transform (scale, softcap, mask, causal, bias) shared by forward and
+//!   backward.
+//! - [`dot`]: f32 dot products of shared-memory rows.
+//! - [`online_softmax`]: running max / sum with the `alpha` rescale.
+//! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
+//! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
+//! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
+//! - [`tile_io`]: strided global tiles to shared memory.
+pub mod block_range;
+pub mod dot;
+pub mod online_softmax;
+pub mod precise_math;
+pub mod row_reduce;
+pub mod score;
+pub mod tile_io;

@@ -1,0 +1,73 @@
+//! FA-2's online softmax for one query row: a running max and a running sum, rescaled by
+//! `alpha = exp(old_max - new_max)` whenever a new key block raises the max. The output
+//! accumulators are rescaled by the same `alpha` and normalized once at the end.
+use cubecl::prelude::*;
+
+use super::precise_math::{exp_f32, ln_f32};
+use super::score::{is_masked_logit, MASKED_LOGIT};
+
+/// Log-sum-exp written for a fully masked row. It stands for `+inf` (WGSL cannot emit an
+/// infinite literal): `exp(s - lse)` is 0 for every finite `s`, as the backward pass needs.
+pub const FULLY_MASKED_LSE: f32 = f32::MAX;
+
+/// Running softmax statistics of one query row, in f32. `precise` (comptime) picks the ~1 ulp
+/// exp / ln of [`super::precise_math`] over the device's built-ins.
+#[derive(CubeType, Clone, Copy)]
+pub struct OnlineSoftmax {
+    /// Largest logit seen so far; [`MASKED_LOGIT`] while every entry seen was masked.
+    pub row_max: f32,
+    /// `sum exp(s - row_max)` over the entries seen so far.
+    pub row_sum: f32,
+}
+
+#[cube]
+impl OnlineSoftmax {
+    /// Nothing seen yet: the max is the masked sentinel, the sum 0.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> OnlineSoftmax {
+        OnlineSoftmax { row_max: f32::new(MASKED_LOGIT), row_sum: f32::new(0.0) }
+    }
+
+    /// Raises the running max to include `block_max` and returns `alpha`, the factor by which
+    /// the accumulators of this row must be multiplied. The running sum is rescaled here.
+    pub fn rescale(&mut self, block_max: f32, #[comptime] precise: bool) -> f32 {
+        let new_max = max(self.row_max, block_max);
+        // Both maxima may be MASKED_LOGIT (nothing visible yet): alpha = exp(0) = 1 and the
+        // sum and accumulators are still 0. From MASKED_LOGIT to a real max: exp(-huge) = 0.
+        let alpha = exp_f32(self.row_max - new_max, precise);
+        self.row_max = new_max;
+        self.row_sum *= alpha;
+        alpha
+    }
+
+    /// `P = exp(s - row_max)`, exactly 0 for a masked logit. With `masked_pass = false` no
+    /// entry is masked and the check is not emitted.
+    pub fn probability(&self, logit: f32, #[comptime] masked_pass: bool, #[comptime] precise: bool) -> f32 {
+        let p = exp_f32(logit - self.row_max, precise);
+        if comptime!(masked_pass) {
+            // When the whole row so far is masked, row_max = MASKED_LOGIT and exp(0) = 1:
+            // the select keeps masked entries at exactly 0.
+            select(is_masked_logit(logit), 0.0f32, p)
+        } else {
+            p
+        }
+    }
+
+    /// Adds the probabilities of one block (computed against the current `row_max`).
+    pub fn accumulate(&mut self, block_sum: f32) {
+        self.row_sum += block_sum;
+    }
+
+    /// Factor that normalizes the accumulators once at the end: `1 / row_sum`, or 0 for a
+    /// fully masked row (its output is 0, not NaN).
+    pub fn normalizer(&self) -> f32 {
+        select(self.row_sum > 0.0f32, 1.0f32 / self.row_sum, 0.0f32)
+    }
+
+    /// Natural-log log-sum-exp of the row; [`FULLY_MASKED_LSE`] for a fully masked row.
+    pub fn lse(&self, #[comptime] precise: bool) -> f32 {
+        // ln(0) would be -inf: a fully masked row takes the +inf stand-in instead.
+        let safe_sum = select(self.row_sum > 0.0f32, self.row_sum, 1.0f32);
+        select(self.row_sum > 0.0f32, self.row_max + ln_f32(safe_sum, precise), f32::new(FULLY_MASKED_LSE))
+    }
+}

@@ -1,0 +1,157 @@
+//! The logit transform shared by the forward and backward kernels.
+//!
+//! # Contract
+//!
+//! Given the raw dot product `dot = q_i · k_j` (f32) of query row `i` and key row `j` of one
+//! (batch, head), [`score`] returns the logit the softmax sees, in this order:
+//!
+//! 1. `s = dot * scale`
+//! 2. softcap (if on): `s = softcap * tanh(s / softcap)`, BEFORE any masking (tanh to about
+//!    1 ulp on every device: [`super::precise_math::tanh_f32`])
+//! 3. masking: the entry is masked if `i >= seq_q` or `j >= seq_kv` (tails), if the bool mask is
+//!    nonzero at `(i, j)` (`true` = masked, element type u8 or u32), or, when causal, if
+//!    `j > i + seq_kv - seq_q` (bottom-right alignment, see [`crate::problem`]).
+//!    A masked entry returns exactly [`MASKED_LOGIT`]; the caller must give it `P = 0` exactly
+//!    (compare with [`is_masked_logit`], never rely on `exp` underflow alone).
+//! 4. bias (if on): `s += bias[i, j]`, AFTER masking (a masked entry stays masked).
+//!
+//! Masking and bounds checks are only emitted when the comptime `masked_pass` flag is set: a
+//! block that [`crate::primitives::block_range`] proves fully visible takes the unmasked pass.
+//!
+//! For the backward pass: `d s / d dot = scale * softcap_derivative(capped)` where `capped` is
+//! the logit after step 2 (before bias): `1 - tanh^2 = 1 - (capped / softcap)^2`. Use
+//! [`scaled_logit`] to recompute `capped` and [`softcap_derivative`] for the factor (1 without
+//! softcap).
+use cubecl::prelude::*;
+
+use super::precise_math::tanh_f32;
+
+/// Logit of a masked entry. Finite because WGSL cannot spell `-inf` (naga rejects the literal
+/// and the kernel silently never runs), and so that `masked - masked` is 0, never `-inf - -inf`.
+pub const MASKED_LOGIT: f32 = -f32::MAX;
+
+/// Which logit modifiers are on: comptime, part of every kernel config that scores.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct ScoreOptions {
+    /// Bottom-right aligned causal mask.
+    pub causal: bool,
+    /// A bool mask tensor is read (`true` = masked).
+    pub has_mask: bool,
+    /// An additive bias tensor is read, after masking.
+    pub has_bias: bool,
+    /// `softcap * tanh(s / softcap)` on the scaled logits, before masking.
+    pub has_softcap: bool,
+}
+
+impl ScoreOptions {
+    /// Whether some entries of a block may be masked for reasons other than tails and causal.
+    pub fn masks_everywhere(&self) -> bool {
+        self.has_mask
+    }
+}
+
+/// Runtime scalars of the logit transform.
+#[derive(CubeType, CubeLaunch, Clone, Copy)]
+pub struct ScoreParams {
+    /// Multiplies `q · k`.
+    pub scale: f32,
+    /// The softcap value; ignored unless `ScoreOptions::has_softcap`.
+    pub softcap: f32,
+    pub seq_q: u32,
+    pub seq_kv: u32,
+}
+
+/// Where one (batch, head) of the mask and the bias start, and their row/column strides.
+/// Unused fields are 0 when the tensor is absent.
+#[derive(CubeType, Clone, Copy)]
+pub struct ScoreTensors {
+    pub mask_base: usize,
+    pub mask_row_stride: usize,
+    pub mask_col_stride: usize,
+    pub bias_base: usize,
+    pub bias_row_stride: usize,
+    pub bias_col_stride: usize,
+}
+
+/// Steps 1 and 2 of the contract: `dot * scale`, then the softcap if on.
+#[cube]
+pub fn scaled_logit(dot: f32, params: &ScoreParams, #[comptime] options: ScoreOptions) -> f32 {
+    let scaled = dot * params.scale;
+    if comptime!(options.has_softcap) {
+        // Always the ~1 ulp tanh: WGSL's built-in has no ulp bound, and CUDA's tanhf is no
+        // single instruction either.
+        params.softcap * tanh_f32(scaled / params.softcap, true)
+    } else {
+        scaled
+    }
+}
+
+/// `1 - tanh^2(s / softcap)` from the capped logit `softcap * tanh(s / softcap)`; 1 without
+/// softcap. Multiply dS by it (and by `scale`) to get dS with respect to the raw dot.
+#[cube]
+pub fn softcap_derivative(capped: f32, params: &ScoreParams, #[comptime] options: ScoreOptions) -> f32 {
+    if comptime!(options.has_softcap) {
+        let tanh = capped / params.softcap;
+        1.0 - tanh * tanh
+    } else {
+        f32::new(1.0)
+    }
+}
+
+/// Bottom-right causal mask: `j > i + seq_kv - seq_q`, written without unsigned underflow
+/// (`seq_q > seq_kv` makes `seq_kv - seq_q` negative).
+#[cube]
+pub fn causal_masked(row: u32, col: u32, params: &ScoreParams) -> bool {
+    col + params.seq_q > row + params.seq_kv
+}
+
+/// Whether `logit` is the masked sentinel: such entries get `P = 0` exactly.
+#[cube]
+pub fn is_masked_logit(logit: f32) -> bool {
+    logit == MASKED_LOGIT
+}
+
+/// The full transform of the contract. `row`/`col` are indices inside the (batch, head).
+/// With `masked_pass = false` the caller guarantees the entry is in bounds and visible.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn score<F: Float, M: Int>(
+    dot: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    #[comptime] options: ScoreOptions,
+    #[comptime] masked_pass: bool,
+) -> f32 {
+    let logit = scaled_logit(dot, params, options);
+    let mut visible = true;
+    if comptime!(masked_pass) {
+        visible = row < params.seq_q && col < params.seq_kv;
+        if comptime!(options.causal) {
+            visible = visible && !causal_masked(row, col, params);
+        }
+        if comptime!(options.has_mask) {
+            // Read only in bounds: the tails of a block lie outside the mask tensor.
+            if visible {
+                let at = tensors.mask_base
+                    + row as usize * tensors.mask_row_stride
+                    + col as usize * tensors.mask_col_stride;
+                visible = mask[at] == M::from_int(0);
+            }
+        }
+    }
+    let mut out = f32::new(MASKED_LOGIT);
+    if visible {
+        out = logit;
+        if comptime!(options.has_bias) {
+            let at = tensors.bias_base
+                + row as usize * tensors.bias_row_stride
+                + col as usize * tensors.bias_col_stride;
+            out += f32::cast_from(bias[at]);
+        }
+    }
+    out
+}

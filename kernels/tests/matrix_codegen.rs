@@ -1,0 +1,131 @@
+//! The matrix path cannot run without cmma (lavapipe has none). This test expands its kernel
+//! for H200-like properties (plane size 32, 227 KiB of shared memory, f16/bf16 16x16x16 cmma)
+//! and compiles it to CUDA C++ with cubecl's own CUDA compiler, no device needed: it proves
+//! the kernel expands for every config the heuristics pick (tails, odd dims, all options) and
+//! that the source has the wmma calls and fits the shared memory. It does not prove numerics:
+//! `cargo test --no-default-features --features cuda --test forward` on a GPU does.
+mod common;
+
+use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath};
+use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
+use burn_flash_attn_kernels::heuristics::{elem_type, plan_forward};
+use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
+use cubecl::ir::features::MmaConfig;
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
+use cubecl::prelude::*;
+use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
+use cubecl_cpp::cuda::CudaDialect;
+use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+use cubecl_runtime::kernel::KernelTask;
+
+/// H100 / H200: 227 KiB of shared memory per block (opt-in), 32 lanes per plane.
+const H200_SHARED_MEMORY: usize = 227 * 1024;
+const H200_PLANE_SIZE: u32 = 32;
+const CMMA_EDGE: u32 = 16;
+
+/// The test client's properties, turned into an H200's for the planner.
+fn h200_properties(base: &DeviceProperties) -> DeviceProperties {
+    let mut props = base.clone();
+    props.hardware.plane_size_min = H200_PLANE_SIZE;
+    props.hardware.plane_size_max = H200_PLANE_SIZE;
+    props.hardware.max_shared_memory_size = H200_SHARED_MEMORY;
+    for dtype in [FloatKind::F16, FloatKind::BF16] {
+        let elem = elem_type(dtype).into();
+        props.features.matmul.cmma.insert(MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m: CMMA_EDGE,
+            k: CMMA_EDGE,
+            n: CMMA_EDGE,
+        });
+    }
+    props
+}
+
+fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+    let settings = KernelSettings::default()
+        .cube_dim(CubeDim::new_2d(config.plane_size, config.num_planes()))
+        .address_type(AddressType::U32);
+    let tensor = || TensorCompilationArg { inplace: None };
+    let kernel = FlashAttentionForwardMatrixKernel::<F, M, common::TestRuntime>::new(
+        settings,
+        client.clone(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        ScoreParamsCompilationArg::default(),
+        config,
+    );
+    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
+    let options = CompilationOptions { warp_size: H200_PLANE_SIZE, ..Default::default() };
+    let compiled = cubecl::CubeTask::compile(
+        &task,
+        &mut Default::default(),
+        &options,
+        ExecutionMode::Checked,
+        AddressType::U32.into(),
+    )
+    .expect("CUDA compilation of the matrix kernel");
+    let shared = compiled.repr.as_ref().map(|r| r.shared_memory_size()).unwrap_or(0);
+    (compiled.source, shared)
+}
+
+fn problem(dtype: FloatKind, head_dim: usize, val_dim: usize, seq_q: usize, seq_kv: usize) -> AttentionProblem {
+    AttentionProblem {
+        batch: 1,
+        num_heads: 1,
+        seq_q,
+        seq_kv,
+        head_dim,
+        val_dim,
+        dtype,
+        scale: AttentionProblem::default_scale(head_dim),
+        softcap: None,
+        causal: false,
+        mask: None,
+        has_bias: false,
+    }
+}
+
+#[test]
+fn matrix_path_expands_to_cuda_for_h200_configs() {
+    let client = common::client();
+    let props = h200_properties(client.properties());
+    let all_options = |p: AttentionProblem| AttentionProblem {
+        softcap: Some(2.0),
+        causal: true,
+        mask: Some(MaskKind::U8),
+        has_bias: true,
+        ..p
+    };
+    let cases = [
+        problem(FloatKind::F16, 64, 64, 113, 203),
+        problem(FloatKind::BF16, 128, 128, 1024, 1024),
+        problem(FloatKind::F16, 33, 80, 77, 90),
+        problem(FloatKind::BF16, 256, 256, 113, 203),
+        all_options(problem(FloatKind::F16, 96, 64, 203, 113)),
+        all_options(problem(FloatKind::BF16, 128, 128, 4096, 4096)),
+    ];
+    for case in cases {
+        let plan = plan_forward(&props, &case, None).expect("planned");
+        assert_eq!(plan.config.path, ForwardPath::Matrix, "{case:?}: {}", plan.reason);
+        let (source, shared) = match (case.dtype, case.mask) {
+            (FloatKind::F16, Some(MaskKind::U8)) => cuda_source::<half::f16, u8>(&client, plan.config),
+            (FloatKind::F16, _) => cuda_source::<half::f16, u32>(&client, plan.config),
+            (FloatKind::BF16, Some(MaskKind::U8)) => cuda_source::<half::bf16, u8>(&client, plan.config),
+            (FloatKind::BF16, _) => cuda_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
+        };
+        println!("{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)", plan.reason, source.len());
+        assert!(source.contains("mma_sync"), "{case:?}: no wmma::mma_sync in the source");
+        assert!(!source.contains("#error"), "{case:?}: #error in the source");
+        assert!(shared <= H200_SHARED_MEMORY, "{case:?}: {shared} bytes of shared memory");
+        assert_eq!(shared, plan.config.shared_memory_bytes(), "{case:?}: heuristics' shared memory estimate");
+    }
+}
