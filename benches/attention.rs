@@ -34,10 +34,11 @@ const SHAPES: [[usize; 4]; 5] =
     [[64, 12, 1024, 64], [16, 16, 2048, 64], [8, 16, 4096, 64], [16, 16, 2048, 128], [4, 16, 8192, 128]];
 /// Memory: batch·heads = 64, head_dim = 128, growing sequence (issue: O(N) vs O(N²)).
 const MEMORY_SEQS: [usize; 4] = [1024, 2048, 4096, 8192];
-const WARMUP: usize = 3;
-/// Each timing runs at least this long and at least `MIN_ITERS` times.
-const MIN_TIME: Duration = Duration::from_millis(500);
-const MIN_ITERS: usize = 5;
+/// Calls before timing: kernel compilation and memory-pool growth stay out of the numbers.
+const WARMUP: usize = 2;
+/// Each timing runs at least this long and at least `MIN_ITERS` times (a device call has 10 min).
+const MIN_TIME: Duration = Duration::from_millis(300);
+const MIN_ITERS: usize = 3;
 /// forward + backward FLOPs / forward FLOPs (FlashAttention's convention: backward = 2.5×).
 const TRAIN_FLOP_FACTOR: f64 = 3.5;
 
@@ -86,9 +87,11 @@ fn time(mut run: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
 
-/// Peak reserved device memory of one call, from a clean memory pool.
+/// Peak reserved device memory of one call, from a clean memory pool (after a warm-up call, so
+/// that compilation and autotune allocations are not counted).
 fn peak_mib(mut run: impl FnMut()) -> f64 {
     let client = Runtime::client(&Default::default());
+    run();
     client.memory_cleanup();
     run();
     let usage = client.memory_usage().expect("memory usage");

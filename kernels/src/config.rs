@@ -115,7 +115,8 @@ impl FlashConfig {
                 (bq * dk + bkv * dk + bkv * dv + score_tile) * F32_BYTES + partials
             }
             ForwardPath::Matrix => {
-                let staged = (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
+                let staged =
+                    (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
                 let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
                 staged + f32_tiles + partials
             }

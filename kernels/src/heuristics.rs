@@ -87,12 +87,17 @@ fn score_options(problem: &AttentionProblem) -> ScoreOptions {
 /// Checks that the device can hold the problem's element types at all.
 fn check_types(props: &DeviceProperties, problem: &AttentionProblem) -> Result<(), FlashError> {
     if !props.supports_type(elem_type(problem.dtype)) {
-        return Err(FlashError::Device(format!("{:?} tensors are not supported", problem.dtype)));
+        return Err(FlashError::Device(format!(
+            "{:?} tensors are not supported",
+            problem.dtype
+        )));
     }
     if let Some(kind) = problem.mask
         && !props.supports_type(mask_elem_type(kind))
     {
-        return Err(FlashError::Device(format!("{kind:?} mask tensors are not supported")));
+        return Err(FlashError::Device(format!(
+            "{kind:?} mask tensors are not supported"
+        )));
     }
     Ok(())
 }
@@ -108,7 +113,7 @@ pub fn plan_forward(
     check_types(props, problem)?;
     let matrix = has_matrix_units(props, problem.dtype);
     let plane_size = props.hardware.plane_size_max;
-    let (path, why) = match forced {
+    let (mut path, mut why) = match forced {
         Some(ForwardPath::Matrix) if !matrix => {
             return Err(FlashError::Device(format!(
                 "the matrix path was forced but no 16x16x16 {:?} cmma is registered",
@@ -116,21 +121,39 @@ pub fn plan_forward(
             )));
         }
         Some(path) => (path, "forced by the caller".to_string()),
-        None if problem.dtype == FloatKind::F32 => {
-            (ForwardPath::Portable, "f32 inputs: cmma would round them to tf32".to_string())
-        }
-        None if matrix => {
-            (ForwardPath::Matrix, format!("16x16x16 {:?} cmma is registered", problem.dtype))
-        }
-        None => (ForwardPath::Portable, format!("no 16x16x16 {:?} cmma on this device", problem.dtype)),
+        None if problem.dtype == FloatKind::F32 => (
+            ForwardPath::Portable,
+            "f32 inputs: cmma would round them to tf32".to_string(),
+        ),
+        None if matrix => (
+            ForwardPath::Matrix,
+            format!("16x16x16 {:?} cmma is registered", problem.dtype),
+        ),
+        None => (
+            ForwardPath::Portable,
+            format!("no 16x16x16 {:?} cmma on this device", problem.dtype),
+        ),
     };
     let config = match path {
-        ForwardPath::Portable => portable_config(props, problem),
-        ForwardPath::Matrix => matrix_config(props, problem, plane_size),
-    }?;
+        ForwardPath::Portable => portable_config(props, problem)?,
+        ForwardPath::Matrix => match (matrix_config(props, problem, plane_size), forced) {
+            (Ok(config), _) => config,
+            (Err(error), Some(_)) => return Err(error),
+            // The matrix tiles need more shared memory (e.g. head_dim 256 in MI300's 64 KiB):
+            // the portable path, whose f32 tiles are smaller, still runs the problem.
+            (Err(error), None) => {
+                why = format!("{why}, but the matrix path does not fit: {error}");
+                path = ForwardPath::Portable;
+                portable_config(props, problem)?
+            }
+        },
+    };
     let max_units = props.hardware.max_units_per_cube;
     if config.units() > max_units {
-        return Err(FlashError::Device(format!("{} units per cube > the device's {max_units}", config.units())));
+        return Err(FlashError::Device(format!(
+            "{} units per cube > the device's {max_units}",
+            config.units()
+        )));
     }
     let q_blocks = problem.seq_q.div_ceil(config.block_q as usize);
     let (max_x, max_y, _) = props.hardware.max_cube_count;
@@ -140,8 +163,13 @@ pub fn plan_forward(
             problem.heads_total()
         )));
     }
+    let numerics = match (config.precise_math, config.f64_dot) {
+        (true, true) => "; f32 outputs: ~1 ulp exp/ln and q·k summed in f64",
+        (true, false) => "; f32 outputs: ~1 ulp exp/ln (no f64 on this device: q·k summed in f32)",
+        _ => "",
+    };
     let reason = format!(
-        "{} path ({why}); block_q = {}, block_kv = {}: largest that fit {} of {} bytes of shared memory",
+        "{} path ({why}); block_q = {}, block_kv = {}: largest that fit {} of {} bytes of shared memory{numerics}",
         path.name(),
         config.block_q,
         config.block_kv,
@@ -162,10 +190,16 @@ fn useful_block(n: usize) -> u32 {
 /// PORTABLE_MIN_UNITS_PER_ROW, enough that no unit holds more than
 /// PORTABLE_MAX_OUT_COLS_PER_UNIT O columns.
 fn portable_units_per_row(val_dim: u32) -> u32 {
-    val_dim.div_ceil(PORTABLE_MAX_OUT_COLS_PER_UNIT).next_power_of_two().max(PORTABLE_MIN_UNITS_PER_ROW)
+    val_dim
+        .div_ceil(PORTABLE_MAX_OUT_COLS_PER_UNIT)
+        .next_power_of_two()
+        .max(PORTABLE_MIN_UNITS_PER_ROW)
 }
 
-fn portable_config(props: &DeviceProperties, problem: &AttentionProblem) -> Result<FlashConfig, FlashError> {
+fn portable_config(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+) -> Result<FlashConfig, FlashError> {
     let base = FlashConfig {
         path: ForwardPath::Portable,
         block_q: 0,
@@ -176,7 +210,8 @@ fn portable_config(props: &DeviceProperties, problem: &AttentionProblem) -> Resu
         plane_size: props.hardware.plane_size_max,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
-        f64_dot: precise_math(problem.dtype) && props.supports_type(ElemType::Float(IrFloatKind::F64)),
+        f64_dot: precise_math(problem.dtype)
+            && props.supports_type(ElemType::Float(IrFloatKind::F64)),
         score: score_options(problem),
     };
     let max_q = useful_block(problem.seq_q);
@@ -184,8 +219,15 @@ fn portable_config(props: &DeviceProperties, problem: &AttentionProblem) -> Resu
     let lanes = base.units_per_row;
     for block_q in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_q) {
         // Every unit of a row owns at least one S column: block_kv >= units_per_row.
-        for block_kv in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_kv.max(lanes) && b >= lanes) {
-            let config = FlashConfig { block_q, block_kv, ..base };
+        for block_kv in BLOCK_CANDIDATES
+            .into_iter()
+            .filter(|&b| b <= max_kv.max(lanes) && b >= lanes)
+        {
+            let config = FlashConfig {
+                block_q,
+                block_kv,
+                ..base
+            };
             if fits(props, &config) {
                 return Ok(config);
             }

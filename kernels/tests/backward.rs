@@ -10,7 +10,7 @@ use backward_support::*;
 use burn_flash_attn_kernels::backward::config::{plan_backward, BackwardKernel};
 use burn_flash_attn_kernels::backward::{
     flash_attention_backward, flash_attention_backward_dkdv, flash_attention_backward_dq,
-    flash_attention_backward_preprocess, score_params, GradientInputs,
+    flash_attention_backward_preprocess, GradientInputs,
 };
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 use burn_flash_attn_kernels::reference::{self, Precision};
@@ -64,12 +64,10 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         bias: device.bias.as_ref().map(DeviceTensor::binding),
     };
     let config = plan_backward(client.properties(), &p, kernel).unwrap().config;
-    let heads = p.heads_total() as u32;
     match kernel {
         BackwardKernel::KeyValue => {
-            let blocks = p.seq_kv.div_ceil(config.block_kv as usize) as u32;
             flash_attention_backward_dkdv::<TestRuntime, f32, u32>(
-                &client, inputs, device.dk.binding(), device.dv.binding(), score_params(&p), config, blocks, heads,
+                &client, &p, inputs, device.dk.binding(), device.dv.binding(), config,
             );
             let dk = read_float(&client, F32, &device.dk);
             let dv = read_float(&client, F32, &device.dv);
@@ -77,10 +75,7 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
             check_gradient(case, "dv", &dv, &plain.dv, &oracle.dv).unwrap();
         }
         BackwardKernel::Query => {
-            let blocks = p.seq_q.div_ceil(config.block_q as usize) as u32;
-            flash_attention_backward_dq::<TestRuntime, f32, u32>(
-                &client, inputs, device.dq.binding(), score_params(&p), config, blocks, heads,
-            );
+            flash_attention_backward_dq::<TestRuntime, f32, u32>(&client, &p, inputs, device.dq.binding(), config);
             let dq = read_float(&client, F32, &device.dq);
             check_gradient(case, "dq", &dq, &plain.dq, &oracle.dq).unwrap();
         }
@@ -162,6 +157,23 @@ fn f32_sweep_lengths_1_to_203_causal_both_directions() {
         .iter()
         .flat_map(|&(sq, skv)| [Case::new(F32, sq, skv, 32), Case::new(F32, sq, skv, 32).causal()])
         .collect();
+    run_cases(&cases);
+}
+
+#[test]
+fn f32_sweep_tails_around_block_edges_plain_and_causal_bias() {
+    let lengths = [(7, 9), (8, 8), (9, 7), (31, 33), (33, 31), (63, 65), (65, 63), (127, 129), (129, 127)];
+    let cases: Vec<Case> = lengths
+        .iter()
+        .flat_map(|&(sq, skv)| [Case::new(F32, sq, skv, 16), Case::new(F32, sq, skv, 16).causal().bias()])
+        .collect();
+    run_cases(&cases);
+}
+
+#[test]
+fn f16_sweep_head_dims_causal() {
+    let dims = [(16, 16), (33, 17), (64, 128), (100, 100), (200, 56)];
+    let cases: Vec<Case> = dims.iter().map(|&(hd, vd)| Case::new(F16, 50, 61, hd).val_dim(vd).causal()).collect();
     run_cases(&cases);
 }
 

@@ -7,13 +7,15 @@
 //! print why and pass.
 mod common;
 
-use burn_flash_attn_kernels::forward::{flash_attention_forward_on, ForwardTensors};
+use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward_on};
 use burn_flash_attn_kernels::heuristics::{has_matrix_units, plan_forward};
 use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
-use burn_flash_attn_kernels::tolerance::{check, OUTPUT_FACTOR};
+use burn_flash_attn_kernels::tolerance::{OUTPUT_FACTOR, check};
 use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, ForwardPath, MaskKind};
-use common::{client, filled, precision, random_mask, random_values, read, rng, upload, Elem, Layout};
+use common::{
+    Elem, Layout, client, filled, precision, random_mask, random_values, read, rng, upload,
+};
 
 use FloatKind::{BF16, F16, F32};
 
@@ -48,6 +50,9 @@ struct Case {
     mask: Option<(MaskFill, MaskKind)>,
     bias: bool,
     layout: Layout,
+    /// Mask and bias given for one (batch, head) and bound with stride 0 over batch and heads
+    /// (what `expand` produces).
+    broadcast: bool,
     qk_amplitude: f64,
     path: Option<ForwardPath>,
 }
@@ -67,6 +72,7 @@ fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usize) -> Case 
         mask: None,
         bias: false,
         layout: Layout::Contiguous,
+        broadcast: false,
         qk_amplitude: QK_AMPLITUDE,
         path: None,
     }
@@ -74,38 +80,73 @@ fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usize) -> Case 
 
 impl Case {
     fn heads(self, batch: usize, num_heads: usize) -> Self {
-        Case { batch, num_heads, ..self }
+        Case {
+            batch,
+            num_heads,
+            ..self
+        }
     }
     fn val_dim(self, val_dim: usize) -> Self {
         Case { val_dim, ..self }
     }
     fn scale(self, scale: f64) -> Self {
-        Case { scale: Some(scale), ..self }
+        Case {
+            scale: Some(scale),
+            ..self
+        }
     }
     /// Softcap with larger q, k so that tanh saturates for part of the logits.
     fn softcap(self, cap: f64) -> Self {
-        Case { softcap: Some(cap), qk_amplitude: 2.0 * QK_AMPLITUDE, ..self }
+        Case {
+            softcap: Some(cap),
+            qk_amplitude: 2.0 * QK_AMPLITUDE,
+            ..self
+        }
     }
     fn causal(self) -> Self {
-        Case { causal: true, ..self }
+        Case {
+            causal: true,
+            ..self
+        }
     }
     fn mask(self) -> Self {
-        Case { mask: Some((MaskFill::Random, MaskKind::U32)), ..self }
+        Case {
+            mask: Some((MaskFill::Random, MaskKind::U32)),
+            ..self
+        }
     }
     fn mask_u8(self) -> Self {
-        Case { mask: Some((MaskFill::Random, MaskKind::U8)), ..self }
+        Case {
+            mask: Some((MaskFill::Random, MaskKind::U8)),
+            ..self
+        }
     }
     fn masked_rows(self) -> Self {
-        Case { mask: Some((MaskFill::FullyMaskedRows, MaskKind::U32)), ..self }
+        Case {
+            mask: Some((MaskFill::FullyMaskedRows, MaskKind::U32)),
+            ..self
+        }
     }
     fn bias(self) -> Self {
         Case { bias: true, ..self }
     }
     fn strided(self) -> Self {
-        Case { layout: Layout::transposed_padded(), ..self }
+        Case {
+            layout: Layout::transposed_padded(),
+            ..self
+        }
+    }
+    fn broadcast(self) -> Self {
+        Case {
+            broadcast: true,
+            ..self
+        }
     }
     fn matrix(self) -> Self {
-        Case { path: Some(ForwardPath::Matrix), ..self }
+        Case {
+            path: Some(ForwardPath::Matrix),
+            ..self
+        }
     }
 
     fn problem(&self) -> AttentionProblem {
@@ -117,7 +158,9 @@ impl Case {
             head_dim: self.head_dim,
             val_dim: self.val_dim,
             dtype: self.dtype,
-            scale: self.scale.unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
+            scale: self
+                .scale
+                .unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
             softcap: self.softcap,
             causal: self.causal,
             mask: self.mask.as_ref().map(|(_, kind)| *kind),
@@ -138,33 +181,64 @@ fn run(name: &str, case: Case) {
     let p = &problem;
     let (bh, kind) = (p.heads_total(), case.dtype);
     let q = random_values(&mut rng, bh * p.seq_q * p.head_dim, case.qk_amplitude, kind);
-    let k = random_values(&mut rng, bh * p.seq_kv * p.head_dim, case.qk_amplitude, kind);
+    let k = random_values(
+        &mut rng,
+        bh * p.seq_kv * p.head_dim,
+        case.qk_amplitude,
+        kind,
+    );
     let v = random_values(&mut rng, bh * p.seq_kv * p.val_dim, V_AMPLITUDE, kind);
-    let scores = bh * p.seq_q * p.seq_kv;
+    // With `broadcast`, one (batch, head) of mask and bias is drawn and repeated.
+    let drawn_heads = if case.broadcast { 1 } else { bh };
+    let scores = drawn_heads * p.seq_q * p.seq_kv;
+    let copies = bh / drawn_heads;
     let mask = case.mask.as_ref().map(|(fill, _)| {
         let mut mask = random_mask(&mut rng, scores, MASKED_FRACTION);
         if let MaskFill::FullyMaskedRows = fill {
-            for row in (0..bh * p.seq_q).step_by(3) {
+            for row in (0..drawn_heads * p.seq_q).step_by(3) {
                 mask[row * p.seq_kv..(row + 1) * p.seq_kv].fill(true);
             }
         }
-        mask
+        mask.repeat(copies)
     });
-    let bias = case.bias.then(|| random_values(&mut rng, scores, V_AMPLITUDE, kind));
+    let bias = case
+        .bias
+        .then(|| random_values(&mut rng, scores, V_AMPLITUDE, kind).repeat(copies));
 
     let float = Elem::Float(kind);
-    let (q_shape, kv_shape) = ([p.batch, p.num_heads, p.seq_q, p.head_dim], [p.batch, p.num_heads, p.seq_kv, p.head_dim]);
+    let (q_shape, kv_shape) = (
+        [p.batch, p.num_heads, p.seq_q, p.head_dim],
+        [p.batch, p.num_heads, p.seq_kv, p.head_dim],
+    );
     let v_shape = [p.batch, p.num_heads, p.seq_kv, p.val_dim];
     let s_shape = [p.batch, p.num_heads, p.seq_q, p.seq_kv];
     let o_shape = [p.batch, p.num_heads, p.seq_q, p.val_dim];
     let q_dev = upload(&client, &q, &q_shape, float, &case.layout);
     let k_dev = upload(&client, &k, &kv_shape, float, &case.layout);
     let v_dev = upload(&client, &v, &v_shape, float, &case.layout);
+    let upload_scores = |values: &[f64], elem: Elem| {
+        if case.broadcast {
+            let one_head = [1, 1, p.seq_q, p.seq_kv];
+            let mut tensor = upload(
+                &client,
+                &values[..p.seq_q * p.seq_kv],
+                &one_head,
+                elem,
+                &case.layout,
+            );
+            tensor.shape = s_shape.to_vec();
+            tensor.strides[0] = 0;
+            tensor.strides[1] = 0;
+            tensor
+        } else {
+            upload(&client, values, &s_shape, elem, &case.layout)
+        }
+    };
     let mask_dev = mask.as_ref().zip(p.mask).map(|(mask, mask_kind)| {
         let values: Vec<f64> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
-        upload(&client, &values, &s_shape, Elem::Mask(mask_kind), &case.layout)
+        upload_scores(&values, Elem::Mask(mask_kind))
     });
-    let bias_dev = bias.as_ref().map(|bias| upload(&client, bias, &s_shape, float, &case.layout));
+    let bias_dev = bias.as_ref().map(|bias| upload_scores(bias, float));
     let o_dev = filled(&client, &o_shape, float, f64::NAN);
     let lse_dev = filled(&client, &o_shape[..3], Elem::Float(F32), f64::NAN);
 
@@ -183,21 +257,41 @@ fn run(name: &str, case: Case) {
     let o = read(&client, &o_dev);
     let lse = read(&client, &lse_dev);
 
-    let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref() };
+    let inputs = Inputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        mask: mask.as_deref(),
+        bias: bias.as_deref(),
+    };
     let oracle = reference::forward(p, &inputs, Precision::F64);
     let plain = reference::forward(p, &inputs, precision(kind));
     let context = format!("{name} (seed {seed}, {case:?})");
-    if let Err(message) = check(&format!("{context}: o"), &o, &plain.o, &oracle.o, OUTPUT_FACTOR, precision(kind)) {
+    if let Err(message) = check(
+        &format!("{context}: o"),
+        &o,
+        &plain.o,
+        &oracle.o,
+        OUTPUT_FACTOR,
+        precision(kind),
+    ) {
         panic!("{message}");
     }
     check_lse(&context, p, &o, &lse, &plain.lse, &oracle.lse);
 }
 
 /// Whether the device can run the case, or why not.
-fn runnable(client: &common::Client, problem: &AttentionProblem, path: Option<ForwardPath>) -> Result<(), String> {
+fn runnable(
+    client: &common::Client,
+    problem: &AttentionProblem,
+    path: Option<ForwardPath>,
+) -> Result<(), String> {
     let props = client.properties();
     if path == Some(ForwardPath::Matrix) && !has_matrix_units(props, problem.dtype) {
-        return Err(format!("no 16x16x16 {:?} cmma, the matrix path cannot run", problem.dtype));
+        return Err(format!(
+            "no 16x16x16 {:?} cmma, the matrix path cannot run",
+            problem.dtype
+        ));
     }
     match plan_forward(props, problem, path) {
         Err(FlashError::Device(reason)) => Err(reason),
@@ -209,13 +303,26 @@ fn runnable(client: &common::Client, problem: &AttentionProblem, path: Option<Fo
 /// lse of rows that see something against the rule (the plain lse rounded to f32, the type
 /// of the lse output: no f32 output can be closer than that); fully masked rows exactly
 /// FULLY_MASKED_LSE with an all-zero output row.
-fn check_lse(context: &str, p: &AttentionProblem, o: &[f64], lse: &[f64], plain: &[f64], oracle: &[f64]) {
+fn check_lse(
+    context: &str,
+    p: &AttentionProblem,
+    o: &[f64],
+    lse: &[f64],
+    plain: &[f64],
+    oracle: &[f64],
+) {
     let mut visible = (Vec::new(), Vec::new(), Vec::new());
     for row in 0..lse.len() {
         if oracle[row].is_infinite() {
-            assert_eq!(lse[row], FULLY_MASKED_LSE as f64, "{context}: fully masked row {row}: lse");
+            assert_eq!(
+                lse[row], FULLY_MASKED_LSE as f64,
+                "{context}: fully masked row {row}: lse"
+            );
             let o_row = &o[row * p.val_dim..(row + 1) * p.val_dim];
-            assert!(o_row.iter().all(|&x| x == 0.0), "{context}: fully masked row {row}: o = {o_row:?}");
+            assert!(
+                o_row.iter().all(|&x| x == 0.0),
+                "{context}: fully masked row {row}: o = {o_row:?}"
+            );
         } else {
             visible.0.push(lse[row]);
             visible.1.push(Precision::F32.round(plain[row]));
@@ -223,7 +330,14 @@ fn check_lse(context: &str, p: &AttentionProblem, o: &[f64], lse: &[f64], plain:
         }
     }
     let rounding = precision(p.dtype);
-    if let Err(message) = check(&format!("{context}: lse"), &visible.0, &visible.1, &visible.2, OUTPUT_FACTOR, rounding) {
+    if let Err(message) = check(
+        &format!("{context}: lse"),
+        &visible.0,
+        &visible.1,
+        &visible.2,
+        OUTPUT_FACTOR,
+        rounding,
+    ) {
         panic!("{message}");
     }
 }
@@ -273,6 +387,18 @@ forward_cases! {
     f32_hd1_q33_kv40: case(F32, 1, 33, 40);
     f16_hd7_q33_kv40: case(F16, 7, 33, 40);
     bf16_hd128_q113_kv77: case(BF16, 128, 113, 77);
+    // Lengths at and around block edges.
+    f32_hd64_q63_kv64: case(F32, 64, 63, 64);
+    f16_hd64_q64_kv65: case(F16, 64, 64, 65);
+    f16_causal_hd64_q65_kv65: case(F16, 64, 65, 65);
+    f32_causal_hd32_q16_kv17: case(F32, 32, 16, 17);
+    f16_causal_hd128_q33_kv31: case(F16, 128, 33, 31);
+    f32_causal_hd48_q129_kv128: case(F32, 48, 129, 128);
+    // More head dims, with causal.
+    f16_causal_hd48_q100_kv120: case(F16, 48, 100, 120);
+    f32_causal_hd160_q70_kv90: case(F32, 160, 70, 90);
+    f16_causal_hd200_q70_kv90: case(F16, 200, 70, 90);
+    f16_causal_softcap_bias_hd255_q40_kv60: case(F16, 255, 40, 60).softcap(3.0).bias();
     // val_dim != head_dim.
     f32_hd64_dv32_q113_kv203: case(F32, 64, 113, 203).val_dim(32);
     f16_hd33_dv80_q113_kv203: case(F16, 33, 113, 203).val_dim(80);
@@ -353,6 +479,10 @@ forward_cases! {
     f16_strided_mask_bias_hd64_q113_kv203: case(F16, 64, 113, 203).heads(2, 2).strided().mask().bias();
     f32_strided_all_options_hd33_dv80_q77_kv90: case(F32, 33, 77, 90).val_dim(80).heads(2, 2).strided().softcap(2.0).mask().bias().causal();
     bf16_strided_hd64_q113_kv203: case(BF16, 64, 113, 203).heads(2, 3).strided();
+    // Mask and bias broadcast over batch and heads (stride 0), as `expand` gives them.
+    f32_broadcast_mask_bias_b2_h3_hd32_q50_kv70: case(F32, 32, 50, 70).heads(2, 3).broadcast().mask().bias();
+    f16_broadcast_masked_rows_causal_b2_h2_hd64_q70_kv50: case(F16, 64, 70, 50).heads(2, 2).broadcast().masked_rows().causal();
+    f16_strided_broadcast_bias_b2_h2_hd48_q40_kv90: case(F16, 48, 40, 90).heads(2, 2).strided().broadcast().bias();
     // The matrix path, forced (skips where the device has no cmma for the dtype).
     f16_matrix_hd64_q113_kv203: case(F16, 64, 113, 203).matrix();
     f16_matrix_hd128_q1024_kv1024: case(F16, 128, 1024, 1024).matrix();
@@ -366,4 +496,35 @@ forward_cases! {
     bf16_matrix_hd64_q113_kv203: case(BF16, 64, 113, 203).matrix();
     bf16_matrix_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().causal();
     bf16_matrix_all_options_hd64_q203_kv113: case(BF16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
+}
+
+#[test]
+fn launcher_refuses_tensors_that_disagree_with_the_problem() {
+    let client = client();
+    let problem = case(F32, 32, 10, 12).problem();
+    let float = Elem::Float(F32);
+    let tensor = |shape: &[usize]| filled(&client, shape, float, 1.0);
+    let (q, k, v) = (
+        tensor(&[1, 1, 10, 32]),
+        tensor(&[1, 1, 12, 32]),
+        tensor(&[1, 1, 12, 32]),
+    );
+    let (wrong_o, lse) = (tensor(&[1, 1, 10, 31]), tensor(&[1, 1, 10]));
+    let tensors = ForwardTensors {
+        q: q.binding(),
+        k: k.binding(),
+        v: v.binding(),
+        mask: None,
+        bias: None,
+        o: wrong_o.binding(),
+        lse: lse.binding(),
+    };
+    let result = flash_attention_forward_on(&client, &problem, tensors, None);
+    assert!(
+        matches!(
+            result,
+            Err(FlashError::ShapeMismatch { what: "output", .. })
+        ),
+        "{result:?}"
+    );
 }

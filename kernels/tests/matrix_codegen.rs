@@ -4,6 +4,7 @@
 //! the kernel expands for every config the heuristics pick (tails, odd dims, all options) and
 //! that the source has the wmma calls and fits the shared memory. It does not prove numerics:
 //! `cargo test --no-default-features --features cuda --test forward` on a GPU does.
+//! `FLASH_DUMP_DIR=dir` writes the sources there (e.g. to compile them with nvcc).
 mod common;
 
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath};
@@ -14,8 +15,8 @@ use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::ir::features::MmaConfig;
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
 use cubecl::prelude::*;
-use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
 use cubecl_cpp::cuda::CudaDialect;
+use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
 use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
 use cubecl_runtime::kernel::KernelTask;
 
@@ -30,6 +31,8 @@ fn h200_properties(base: &DeviceProperties) -> DeviceProperties {
     props.hardware.plane_size_min = H200_PLANE_SIZE;
     props.hardware.plane_size_max = H200_PLANE_SIZE;
     props.hardware.max_shared_memory_size = H200_SHARED_MEMORY;
+    // bf16 and u8 storage, as the CUDA runtime registers them.
+    cubecl_cpp::register_supported_types(&mut props);
     for dtype in [FloatKind::F16, FloatKind::BF16] {
         let elem = elem_type(dtype).into();
         props.features.matmul.cmma.insert(MmaConfig {
@@ -59,24 +62,42 @@ fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -
         tensor(),
         tensor(),
         tensor(),
-        ScoreParamsCompilationArg::default(),
+        ScoreParamsCompilationArg {
+            scale: (),
+            softcap: (),
+            seq_q: (),
+            seq_kv: (),
+        },
         config,
     );
     let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
-    let options = CompilationOptions { warp_size: H200_PLANE_SIZE, ..Default::default() };
+    let options = CompilationOptions {
+        warp_size: H200_PLANE_SIZE,
+        ..Default::default()
+    };
     let compiled = cubecl::CubeTask::compile(
         &task,
         &mut Default::default(),
         &options,
         ExecutionMode::Checked,
-        AddressType::U32.into(),
+        AddressType::U32.unsigned_type(),
     )
     .expect("CUDA compilation of the matrix kernel");
-    let shared = compiled.repr.as_ref().map(|r| r.shared_memory_size()).unwrap_or(0);
+    let shared = compiled
+        .repr
+        .as_ref()
+        .map(|r| r.shared_memory_size())
+        .unwrap_or(0);
     (compiled.source, shared)
 }
 
-fn problem(dtype: FloatKind, head_dim: usize, val_dim: usize, seq_q: usize, seq_kv: usize) -> AttentionProblem {
+fn problem(
+    dtype: FloatKind,
+    head_dim: usize,
+    val_dim: usize,
+    seq_q: usize,
+    seq_kv: usize,
+) -> AttentionProblem {
     AttentionProblem {
         batch: 1,
         num_heads: 1,
@@ -114,18 +135,48 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
     ];
     for case in cases {
         let plan = plan_forward(&props, &case, None).expect("planned");
-        assert_eq!(plan.config.path, ForwardPath::Matrix, "{case:?}: {}", plan.reason);
+        assert_eq!(
+            plan.config.path,
+            ForwardPath::Matrix,
+            "{case:?}: {}",
+            plan.reason
+        );
         let (source, shared) = match (case.dtype, case.mask) {
-            (FloatKind::F16, Some(MaskKind::U8)) => cuda_source::<half::f16, u8>(&client, plan.config),
+            (FloatKind::F16, Some(MaskKind::U8)) => {
+                cuda_source::<half::f16, u8>(&client, plan.config)
+            }
             (FloatKind::F16, _) => cuda_source::<half::f16, u32>(&client, plan.config),
-            (FloatKind::BF16, Some(MaskKind::U8)) => cuda_source::<half::bf16, u8>(&client, plan.config),
+            (FloatKind::BF16, Some(MaskKind::U8)) => {
+                cuda_source::<half::bf16, u8>(&client, plan.config)
+            }
             (FloatKind::BF16, _) => cuda_source::<half::bf16, u32>(&client, plan.config),
             (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
         };
-        println!("{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)", plan.reason, source.len());
-        assert!(source.contains("mma_sync"), "{case:?}: no wmma::mma_sync in the source");
+        if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
+            let path = format!(
+                "{dir}/matrix_{:?}_hd{}_dv{}.cu",
+                case.dtype, case.head_dim, case.val_dim
+            );
+            std::fs::write(&path, &source).expect("dump the CUDA source");
+        }
+        println!(
+            "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
+            plan.reason,
+            source.len()
+        );
+        assert!(
+            source.contains("mma_sync"),
+            "{case:?}: no wmma::mma_sync in the source"
+        );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
-        assert!(shared <= H200_SHARED_MEMORY, "{case:?}: {shared} bytes of shared memory");
-        assert_eq!(shared, plan.config.shared_memory_bytes(), "{case:?}: heuristics' shared memory estimate");
+        assert!(
+            shared <= H200_SHARED_MEMORY,
+            "{case:?}: {shared} bytes of shared memory"
+        );
+        assert_eq!(
+            shared,
+            plan.config.shared_memory_bytes(),
+            "{case:?}: heuristics' shared memory estimate"
+        );
     }
 }

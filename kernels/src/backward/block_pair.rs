@@ -166,7 +166,8 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
     let dk = config.head_dim_tile();
     let dv = config.val_dim_tile();
     let score_cols = config.score_tile_cols();
-    #[unroll]
+    // Not unrolled: nothing here is indexed by `t`, and unrolled copies of the dot-product
+    // loops multiply shader compile times (lavapipe's LLVM: minutes).
     for t in 0..config.entries_per_unit() {
         let entry = UNIT_POS + t * config.units;
         if entry < config.entries() {
@@ -209,3 +210,5 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
         }
     }
 }
+
+

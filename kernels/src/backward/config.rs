@@ -23,9 +23,13 @@ const UNITS_SMALL: u32 = 128;
 const UNITS_LARGE: u32 = 256;
 /// Score entries per unit from which the larger cube pays off.
 const ENTRIES_PER_UNIT_FOR_LARGE: u32 = 8;
-/// Register budget of the accumulators of one unit (f32 values): beyond this the compilers
-/// spill to local memory, which costs more than smaller blocks.
-const MAX_ACCUMULATORS_PER_UNIT: u32 = 64;
+/// Rows of the inner block summed plainly before they join a compensated sum (see
+/// [`BackwardConfig::sum_group`]).
+const SUM_GROUP: u32 = 4;
+/// Register budget of the accumulators of one unit (f32 values, the sums and their Kahan
+/// compensations): beyond this the compilers spill to local memory, which costs more
+/// than smaller blocks.
+const MAX_ACCUMULATORS_PER_UNIT: u32 = 128;
 
 /// Which gradient kernel a configuration is for: they hold different tiles and accumulators.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -100,6 +104,22 @@ impl BackwardConfig {
         }
     }
 
+    /// f32 registers of accumulators per unit: the sums and their compensations.
+    pub fn accumulators_per_unit(&self) -> u32 {
+        2 * (self.head_acc_per_unit() + self.val_acc_per_unit())
+    }
+
+    /// Inner-block rows summed plainly before the group sum joins a compensated total: a short
+    /// chain of small partial sums, and a quarter of the compensation work. Block sizes are
+    /// powers of two, so the group divides the block.
+    pub fn sum_group(&self) -> u32 {
+        let inner = match self.kernel {
+            BackwardKernel::KeyValue => self.block_q,
+            BackwardKernel::Query => self.block_kv,
+        };
+        SUM_GROUP.min(inner)
+    }
+
     /// Whether the P tile is kept (dV needs it; dQ only needs dS).
     pub fn keeps_p(&self) -> bool {
         self.kernel == BackwardKernel::KeyValue
@@ -123,7 +143,7 @@ impl BackwardConfig {
     fn fits(&self, props: &DeviceProperties) -> bool {
         self.shared_memory_bytes() <= props.hardware.max_shared_memory_size
             && self.units <= props.hardware.max_units_per_cube
-            && self.head_acc_per_unit() + self.val_acc_per_unit() <= MAX_ACCUMULATORS_PER_UNIT
+            && self.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT
     }
 }
 
@@ -164,7 +184,7 @@ pub fn plan_backward(
     };
     let (max_outer, max_inner) = (useful_block(outer_seq), useful_block(inner_seq));
     for outer in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_outer) {
-        for inner in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_inner.min(outer)) {
+        for inner in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_inner) {
             let (block_q, block_kv) = match kernel {
                 BackwardKernel::KeyValue => (inner, outer),
                 BackwardKernel::Query => (outer, inner),

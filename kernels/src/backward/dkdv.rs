@@ -13,13 +13,15 @@
 use cubecl::prelude::*;
 
 use crate::forward::score_tensors;
-use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::problem::AttentionProblem;
 
 use super::block_pair::{
     load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
 };
+use super::compensated::CompensatedSums;
 use super::config::{BackwardConfig, BackwardKernel};
-use super::GradientInputs;
+use super::{score_params, GradientInputs};
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
 /// [`super::config::plan_backward`]). `dk` and `dv` are fully overwritten.
@@ -29,16 +31,16 @@ use super::GradientInputs;
 /// The caller has checked every shape against the problem; the kernel trusts them.
 pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
+    problem: &AttentionProblem,
     inputs: GradientInputs<R>,
     dk: TensorBinding<R>,
     dv: TensorBinding<R>,
-    params: ScoreParamsLaunch<R>,
     config: BackwardConfig,
-    kv_blocks: u32,
-    heads_total: u32,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
-    let args = inputs.into_args::<F>(client);
+    let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
+    let heads_total = problem.heads_total() as u32;
+    let args = inputs.into_args(client);
     // SAFETY: shapes and strides were validated against the problem; every global access is
     // bounds-checked against the problem's sizes inside the kernel.
     unsafe {
@@ -56,7 +58,9 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
             args.bias,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
-            params,
+            score_params(problem),
+            // `opaque_one`: see `CompensatedSums`.
+            1.0f32,
             config,
         )
     }
@@ -66,9 +70,9 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
 #[derive(CubeType)]
 struct KeyValueGradients {
     /// `Σ dS^T Q` for elements `UNIT_POS + t * units` of the `[block_kv, head_dim]` block.
-    dk: Array<f32>,
+    dk: CompensatedSums,
     /// `Σ P^T dO` for elements `UNIT_POS + t * units` of the `[block_kv, val_dim]` block.
-    dv: Array<f32>,
+    dv: CompensatedSums,
 }
 
 #[cube(launch_unchecked)]
@@ -85,6 +89,7 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     params: ScoreParams,
+    opaque_one: f32,
     #[comptime] config: BackwardConfig,
 ) {
     let heads = q.shape(1) as u32;
@@ -93,17 +98,9 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     let tensors = score_tensors(mask, bias, batch, head, config.score);
     let mut tiles = new_tiles(config);
     let mut grads = KeyValueGradients {
-        dk: Array::new(comptime!(config.head_acc_per_unit() as usize)),
-        dv: Array::new(comptime!(config.val_acc_per_unit() as usize)),
+        dk: CompensatedSums::new(opaque_one, config.head_acc_per_unit()),
+        dv: CompensatedSums::new(opaque_one, config.val_acc_per_unit()),
     };
-    #[unroll]
-    for t in 0..config.head_acc_per_unit() {
-        grads.dk[t as usize] = 0.0f32;
-    }
-    #[unroll]
-    for t in 0..config.val_acc_per_unit() {
-        grads.dv[t as usize] = 0.0f32;
-    }
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
     let first = BlockPair { batch, head, q_start: 0, kv_start };
@@ -134,8 +131,8 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     }
 
     // Step 3: write dK = scale * Σ dS^T Q and dV = Σ P^T dO (rows past seq_kv are not written).
-    write_block::<F>(dk, &grads.dk, batch, head, kv_start, params.seq_kv, params.scale, config.head_dim, config);
-    write_block::<F>(dv, &grads.dv, batch, head, kv_start, params.seq_kv, 1.0f32, config.val_dim, config);
+    write_block::<F>(dk, &grads.dk.sum, batch, head, kv_start, params.seq_kv, params.scale, config.head_dim, config);
+    write_block::<F>(dv, &grads.dv.sum, batch, head, kv_start, params.seq_kv, 1.0f32, config.val_dim, config);
 }
 
 /// Whether some entry of the pair may be masked: a tail block, an explicit mask, or a causal
@@ -179,27 +176,34 @@ fn accumulate_query_block<F: Float, M: Int>(
     // block (the last unit's remainder) are clamped onto the last one and never written.
     let dk_last = config.block_kv * config.head_dim - 1;
     let dv_last = config.block_kv * config.val_dim - 1;
-    // Each element sums this block's rows first and adds the block sum once: the f32 error
-    // grows with block_q + seq_q / block_q instead of seq_q.
-    #[unroll]
-    for t in 0..config.val_acc_per_unit() {
-        let e = min(UNIT_POS + t * config.units, dv_last);
-        let (j, c) = (e / config.val_dim, e % config.val_dim);
-        let mut block_sum = 0.0f32;
-        for i in 0..config.block_q {
-            block_sum += tiles.p[(i * score_cols + j) as usize] * tiles.d_out[(i * dv_cols + c) as usize];
+    // Groups of rows summed plainly, then added to the compensated totals.
+    let group = config.sum_group();
+    for first in 0..config.block_q / group {
+        let i0 = first * group;
+        #[unroll]
+        for t in 0..config.val_acc_per_unit() {
+            let e = min(UNIT_POS + t * config.units, dv_last);
+            let (j, c) = (e / config.val_dim, e % config.val_dim);
+            let mut group_sum = 0.0f32;
+            #[unroll]
+            for r in 0..group {
+                let i = i0 + r;
+                group_sum += tiles.p[(i * score_cols + j) as usize] * tiles.d_out[(i * dv_cols + c) as usize];
+            }
+            grads.dv.add(t, group_sum);
         }
-        grads.dv[t as usize] += block_sum;
-    }
-    #[unroll]
-    for t in 0..config.head_acc_per_unit() {
-        let e = min(UNIT_POS + t * config.units, dk_last);
-        let (j, c) = (e / config.head_dim, e % config.head_dim);
-        let mut block_sum = 0.0f32;
-        for i in 0..config.block_q {
-            block_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.q[(i * dk_cols + c) as usize];
+        #[unroll]
+        for t in 0..config.head_acc_per_unit() {
+            let e = min(UNIT_POS + t * config.units, dk_last);
+            let (j, c) = (e / config.head_dim, e % config.head_dim);
+            let mut group_sum = 0.0f32;
+            #[unroll]
+            for r in 0..group {
+                let i = i0 + r;
+                group_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.q[(i * dk_cols + c) as usize];
+            }
+            grads.dk.add(t, group_sum);
         }
-        grads.dk[t as usize] += block_sum;
     }
     sync_cube();
 }

@@ -14,13 +14,15 @@ use cubecl::prelude::*;
 
 use crate::forward::score_tensors;
 use crate::primitives::block_range::kv_block_range;
-use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::problem::AttentionProblem;
 
 use super::block_pair::{
     load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
 };
+use super::compensated::CompensatedSums;
 use super::config::{BackwardConfig, BackwardKernel};
-use super::GradientInputs;
+use super::{score_params, GradientInputs};
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
 /// [`super::config::plan_backward`]). `dq` is fully overwritten.
@@ -30,15 +32,15 @@ use super::GradientInputs;
 /// The caller has checked every shape against the problem; the kernel trusts them.
 pub fn flash_attention_backward_dq<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
+    problem: &AttentionProblem,
     inputs: GradientInputs<R>,
     dq: TensorBinding<R>,
-    params: ScoreParamsLaunch<R>,
     config: BackwardConfig,
-    q_blocks: u32,
-    heads_total: u32,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::Query);
-    let args = inputs.into_args::<F>(client);
+    let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
+    let heads_total = problem.heads_total() as u32;
+    let args = inputs.into_args(client);
     // SAFETY: shapes and strides were validated against the problem; every global access is
     // bounds-checked against the problem's sizes inside the kernel.
     unsafe {
@@ -55,7 +57,9 @@ pub fn flash_attention_backward_dq<R: Runtime, F: Float, M: Int>(
             args.mask,
             args.bias,
             dq.into_tensor_arg(),
-            params,
+            score_params(problem),
+            // `opaque_one`: see `CompensatedSums`.
+            1.0f32,
             config,
         )
     }
@@ -74,6 +78,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     bias: &Tensor<F>,
     dq: &mut Tensor<F>,
     params: ScoreParams,
+    opaque_one: f32,
     #[comptime] config: BackwardConfig,
 ) {
     let heads = q.shape(1) as u32;
@@ -83,11 +88,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     let tensors = score_tensors(mask, bias, batch, head, config.score);
     let mut tiles = new_tiles(config);
     // `Σ dS K` for elements `UNIT_POS + t * units` of the `[block_q, head_dim]` block.
-    let mut dq_acc = Array::<f32>::new(comptime!(config.head_acc_per_unit() as usize));
-    #[unroll]
-    for t in 0..config.head_acc_per_unit() {
-        dq_acc[t as usize] = 0.0f32;
-    }
+    let mut dq_acc = CompensatedSums::new(opaque_one, config.head_acc_per_unit());
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
@@ -123,7 +124,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
         let row = q_start + e / config.head_dim;
         if e < config.block_q * config.head_dim && row < params.seq_q {
             let at = base + row as usize * dq.stride(2) + (e % config.head_dim) as usize * dq.stride(3);
-            dq[at] = F::cast_from(dq_acc[t as usize] * params.scale);
+            dq[at] = F::cast_from(dq_acc.sum[t as usize] * params.scale);
         }
     }
 }
@@ -141,7 +142,7 @@ fn accumulate_kv_block<F: Float, M: Int>(
     tensors: &ScoreTensors,
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
-    dq_acc: &mut Array<f32>,
+    dq_acc: &mut CompensatedSums,
     #[comptime] config: BackwardConfig,
     #[comptime] masked_pass: bool,
 ) {
@@ -155,17 +156,22 @@ fn accumulate_kv_block<F: Float, M: Int>(
     // Element e of the [block_q, head_dim] block is row e / head_dim, column e % head_dim; the
     // last unit's remainder is clamped onto the last element and never written.
     let last = config.block_q * config.head_dim - 1;
-    // Each element sums this block's columns first and adds the block sum once: the f32 error
-    // grows with block_kv + seq_kv / block_kv instead of seq_kv.
-    #[unroll]
-    for t in 0..config.head_acc_per_unit() {
-        let e = min(UNIT_POS + t * config.units, last);
-        let (i, c) = (e / config.head_dim, e % config.head_dim);
-        let mut block_sum = 0.0f32;
-        for j in 0..config.block_kv {
-            block_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.k[(j * dk_cols + c) as usize];
+    // Groups of columns summed plainly, then added to the compensated totals.
+    let group = config.sum_group();
+    for first in 0..config.block_kv / group {
+        let j0 = first * group;
+        #[unroll]
+        for t in 0..config.head_acc_per_unit() {
+            let e = min(UNIT_POS + t * config.units, last);
+            let (i, c) = (e / config.head_dim, e % config.head_dim);
+            let mut group_sum = 0.0f32;
+            #[unroll]
+            for r in 0..group {
+                let j = j0 + r;
+                group_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.k[(j * dk_cols + c) as usize];
+            }
+            dq_acc.add(t, group_sum);
         }
-        dq_acc[t as usize] += block_sum;
     }
     sync_cube();
 }

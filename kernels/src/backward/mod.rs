@@ -22,6 +22,7 @@
 //! Causal is aligned bottom-right (row `i` sees column `j` iff `j <= i + seq_kv - seq_q`).
 //! Rows that see nothing get zero gradients.
 pub mod block_pair;
+pub mod compensated;
 pub mod config;
 pub mod dkdv;
 pub mod dq;
@@ -148,7 +149,7 @@ pub(crate) struct GradientArgs<R: Runtime> {
 impl<R: Runtime> GradientInputs<R> {
     /// Without a mask a 1-element u32 stand-in is bound, without a bias q is bound again: the
     /// kernels never read them (`has_mask` / `has_bias` are comptime false).
-    pub(crate) fn into_args<F: Float>(self, client: &ComputeClient<R>) -> GradientArgs<R> {
+    pub(crate) fn into_args(self, client: &ComputeClient<R>) -> GradientArgs<R> {
         let stand_in = || {
             let handle = client.create_from_slice(u32::as_bytes(&[0u32]));
             // SAFETY: a 1-element tensor with 1 element of storage.
@@ -188,25 +189,15 @@ fn launch_all<R: Runtime, F: Float + CubeElement>(
 ) {
     flash_attention_backward_preprocess::<R, F>(client, problem, o, inputs.d_out.clone(), inputs.delta.clone())
         .expect("validated above");
-    let heads_total = problem.heads_total() as u32;
-    let kv_blocks = problem.seq_kv.div_ceil(launch.dkdv.config.block_kv as usize) as u32;
-    let q_blocks = problem.seq_q.div_ceil(launch.dq.config.block_q as usize) as u32;
+    let (dkdv_config, dq_config) = (launch.dkdv.config, launch.dq.config);
     match problem.mask {
         Some(MaskKind::U8) => {
-            flash_attention_backward_dkdv::<R, F, u8>(
-                client, inputs.clone(), dk, dv, score_params(problem), launch.dkdv.config, kv_blocks, heads_total,
-            );
-            flash_attention_backward_dq::<R, F, u8>(
-                client, inputs, dq, score_params(problem), launch.dq.config, q_blocks, heads_total,
-            );
+            flash_attention_backward_dkdv::<R, F, u8>(client, problem, inputs.clone(), dk, dv, dkdv_config);
+            flash_attention_backward_dq::<R, F, u8>(client, problem, inputs, dq, dq_config);
         }
         Some(MaskKind::U32) | None => {
-            flash_attention_backward_dkdv::<R, F, u32>(
-                client, inputs.clone(), dk, dv, score_params(problem), launch.dkdv.config, kv_blocks, heads_total,
-            );
-            flash_attention_backward_dq::<R, F, u32>(
-                client, inputs, dq, score_params(problem), launch.dq.config, q_blocks, heads_total,
-            );
+            flash_attention_backward_dkdv::<R, F, u32>(client, problem, inputs.clone(), dk, dv, dkdv_config);
+            flash_attention_backward_dq::<R, F, u32>(client, problem, inputs, dq, dq_config);
         }
     }
 }
@@ -225,6 +216,9 @@ fn check_types<R: Runtime>(client: &ComputeClient<R>, problem: &AttentionProblem
     Ok(())
 }
 
+/// A tensor's name, binding (absent optional tensors are `None`) and expected shape.
+type ExpectedShape<'a, R> = (&'static str, Option<&'a TensorBinding<R>>, Vec<usize>);
+
 /// Checks every tensor's shape against the problem (the kernels trust them).
 fn check_shapes<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>) -> Result<(), FlashError> {
     let p = problem;
@@ -234,7 +228,7 @@ fn check_shapes<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>) 
     let v_shape = vec![b, h, p.seq_kv, p.val_dim];
     let o_shape = vec![b, h, p.seq_q, p.val_dim];
     let scores = vec![b, h, p.seq_q, p.seq_kv];
-    let expected: [(&'static str, Option<&TensorBinding<R>>, Vec<usize>); 11] = [
+    let expected: [ExpectedShape<'_, R>; 11] = [
         ("query", Some(&t.q), q_shape.clone()),
         ("key", Some(&t.k), k_shape.clone()),
         ("value", Some(&t.v), v_shape.clone()),

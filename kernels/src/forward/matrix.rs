@@ -16,10 +16,10 @@ use cubecl::prelude::*;
 use crate::config::{FlashConfig, MATRIX_TILE};
 use crate::primitives::block_range::kv_block_range;
 use crate::primitives::online_softmax::OnlineSoftmax;
-use crate::primitives::score::{score, ScoreParams, ScoreParamsLaunch, ScoreTensors};
-use crate::primitives::tile_io::{head_view, load_tile, HeadView};
+use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
+use crate::primitives::tile_io::{HeadView, head_view, load_tile};
 
-use super::{score_tensors, softmax_block, unit_role, write_outputs, ForwardArgs, UnitRole};
+use super::{ForwardArgs, UnitRole, score_tensors, softmax_block, unit_role, write_outputs};
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
 /// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
@@ -39,18 +39,8 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     // bounds-checked in the tile loads and global writes against seq_q / val_dim.
     unsafe {
         flash_attention_forward_matrix_kernel::launch_unchecked::<F, M, R>(
-            client,
-            cube_count,
-            cube_dim,
-            args.q,
-            args.k,
-            args.v,
-            args.mask,
-            args.bias,
-            args.o,
-            args.lse,
-            params,
-            config,
+            client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias, args.o,
+            args.lse, params, config,
         )
     }
 }
@@ -100,12 +90,30 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     let tensors = score_tensors(mask, bias, batch, head, config.score);
 
     let mut tiles = Tiles::<F> {
-        q: SharedMemory::new_aligned(comptime!((config.block_q * config.head_dim_tile()) as usize), CMMA_ALIGN),
-        k: SharedMemory::new_aligned(comptime!((config.block_kv * config.head_dim_tile()) as usize), CMMA_ALIGN),
-        v: SharedMemory::new_aligned(comptime!((config.block_kv * config.val_dim_tile()) as usize), CMMA_ALIGN),
-        s: SharedMemory::new_aligned(comptime!((config.block_q * config.block_kv) as usize), CMMA_ALIGN),
-        p: SharedMemory::new_aligned(comptime!((config.block_q * config.block_kv) as usize), CMMA_ALIGN),
-        pv: SharedMemory::new_aligned(comptime!((config.block_q * config.val_dim_tile()) as usize), CMMA_ALIGN),
+        q: SharedMemory::new_aligned(
+            comptime!((config.block_q * config.head_dim_tile()) as usize),
+            CMMA_ALIGN,
+        ),
+        k: SharedMemory::new_aligned(
+            comptime!((config.block_kv * config.head_dim_tile()) as usize),
+            CMMA_ALIGN,
+        ),
+        v: SharedMemory::new_aligned(
+            comptime!((config.block_kv * config.val_dim_tile()) as usize),
+            CMMA_ALIGN,
+        ),
+        s: SharedMemory::new_aligned(
+            comptime!((config.block_q * config.block_kv) as usize),
+            CMMA_ALIGN,
+        ),
+        p: SharedMemory::new_aligned(
+            comptime!((config.block_q * config.block_kv) as usize),
+            CMMA_ALIGN,
+        ),
+        pv: SharedMemory::new_aligned(
+            comptime!((config.block_q * config.val_dim_tile()) as usize),
+            CMMA_ALIGN,
+        ),
         partial_max: SharedMemory::new(units as usize),
         partial_sum: SharedMemory::new(units as usize),
     };
@@ -129,17 +137,49 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     let mut softmax = OnlineSoftmax::new();
 
     // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
-    let range = kv_block_range(q_block, &params, config.block_q, config.block_kv, config.score);
+    let range = kv_block_range(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
     for kv_block in 0..range.first_masked {
         attend_kv_block::<F, M>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
-            &mut softmax, &mut acc, config, false,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            false,
         );
     }
     for kv_block in range.first_masked..range.end {
         attend_kv_block::<F, M>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
-            &mut softmax, &mut acc, config, true,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            true,
         );
     }
 
@@ -192,8 +232,26 @@ fn attend_kv_block<F: Float, M: Int>(
     // First row of this plane's 16 query rows.
     let plane_row = UNIT_POS_Y * MATRIX_TILE;
 
-    load_tile::<F, F>(k, k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk, units);
-    load_tile::<F, F>(v, v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv, units);
+    load_tile::<F, F>(
+        k,
+        k_view,
+        &mut tiles.k,
+        kv_start,
+        bkv,
+        config.head_dim,
+        dk,
+        units,
+    );
+    load_tile::<F, F>(
+        v,
+        v_view,
+        &mut tiles.v,
+        kv_start,
+        bkv,
+        config.val_dim,
+        dv,
+        units,
+    );
     sync_cube();
 
     // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
@@ -215,7 +273,9 @@ fn attend_kv_block<F: Float, M: Int>(
                 MATRIX_TILE as usize,
                 MATRIX_TILE as usize,
                 cmma::MatrixLayout::RowMajor,
-                &tiles.q.slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
+                &tiles
+                    .q
+                    .slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
                 dk,
             );
             let k_frag = cmma::Matrix::<F>::from_slice(
@@ -224,14 +284,19 @@ fn attend_kv_block<F: Float, M: Int>(
                 MATRIX_TILE as usize,
                 MATRIX_TILE as usize,
                 cmma::MatrixLayout::ColMajor,
-                &tiles.k.slice(((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize, tiles.k.len()),
+                &tiles.k.slice(
+                    ((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize,
+                    tiles.k.len(),
+                ),
                 dk,
             );
             cmma::execute::<F, F, f32, f32>(&q_frag, &k_frag, &s, &s);
         }
         let s_len = tiles.s.len();
         cmma::store(
-            &mut tiles.s.slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
+            &mut tiles
+                .s
+                .slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
             &s,
             bkv,
             cmma::MatrixLayout::RowMajor,
@@ -247,7 +312,15 @@ fn attend_kv_block<F: Float, M: Int>(
         let col = role.lane + t * lanes;
         let dot = tiles.s[s_row + col as usize];
         logits[t as usize] = score::<F, M>(
-            dot, role.read_row, kv_start + col, params, tensors, mask, bias, config.score, masked_pass,
+            dot,
+            role.read_row,
+            kv_start + col,
+            params,
+            tensors,
+            mask,
+            bias,
+            config.score,
+            masked_pass,
         );
     }
     let alpha = softmax_block::<F>(
@@ -283,7 +356,9 @@ fn attend_kv_block<F: Float, M: Int>(
                 MATRIX_TILE as usize,
                 MATRIX_TILE as usize,
                 cmma::MatrixLayout::RowMajor,
-                &tiles.p.slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
+                &tiles
+                    .p
+                    .slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
                 bkv,
             );
             let v_frag = cmma::Matrix::<F>::from_slice(
@@ -292,14 +367,19 @@ fn attend_kv_block<F: Float, M: Int>(
                 MATRIX_TILE as usize,
                 MATRIX_TILE as usize,
                 cmma::MatrixLayout::RowMajor,
-                &tiles.v.slice(((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize, tiles.v.len()),
+                &tiles.v.slice(
+                    ((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize,
+                    tiles.v.len(),
+                ),
                 dv,
             );
             cmma::execute::<F, F, f32, f32>(&p_frag, &v_frag, &pv, &pv);
         }
         let pv_len = tiles.pv.len();
         cmma::store(
-            &mut tiles.pv.slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
+            &mut tiles
+                .pv
+                .slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
             &pv,
             dv,
             cmma::MatrixLayout::RowMajor,

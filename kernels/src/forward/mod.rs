@@ -28,7 +28,7 @@ use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, ForwardPath};
 use crate::error::FlashError;
-use crate::heuristics::{plan_forward, ForwardPlan};
+use crate::heuristics::{ForwardPlan, plan_forward};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
 use crate::primitives::score::{ScoreOptions, ScoreParamsLaunch, ScoreTensors};
@@ -59,7 +59,10 @@ pub struct ForwardLaunch {
 
 /// Decides, without launching, whether the kernels run `problem` on `client` and how.
 /// The Burn side calls this before choosing between the kernels and its fallback.
-pub fn plan<R: Runtime>(client: &ComputeClient<R>, problem: &AttentionProblem) -> Result<ForwardPlan, FlashError> {
+pub fn plan<R: Runtime>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+) -> Result<ForwardPlan, FlashError> {
     plan_forward(client.properties(), problem, None)
 }
 
@@ -103,13 +106,22 @@ pub fn flash_attention_forward_on<R: Runtime>(
         problem.heads_total() as u32,
         1,
     );
-    let launch = Launch { client, config, params, cube_count };
+    let launch = Launch {
+        client,
+        config,
+        params,
+        cube_count,
+    };
     match problem.dtype {
         FloatKind::F16 => launch.with_mask::<half::f16>(problem, tensors),
         FloatKind::BF16 => launch.with_mask::<half::bf16>(problem, tensors),
         FloatKind::F32 => launch.with_mask::<f32>(problem, tensors),
     }
-    Ok(ForwardLaunch { path: config.path, config, reason })
+    Ok(ForwardLaunch {
+        path: config.path,
+        config,
+        reason,
+    })
 }
 
 /// The typed kernel arguments, in kernel order.
@@ -147,9 +159,14 @@ impl<R: Runtime> Launch<'_, R> {
             unsafe { TensorArg::from_raw_parts(handle, [0, 0, 0, 0].into(), [1, 1, 1, 1].into()) }
         };
         let args = ForwardArgs {
-            mask: tensors.mask.map_or_else(stand_in, TensorBinding::into_tensor_arg),
+            mask: tensors
+                .mask
+                .map_or_else(stand_in, TensorBinding::into_tensor_arg),
             // Without a bias, q is bound again in its place (same element type, never read).
-            bias: tensors.bias.unwrap_or_else(|| tensors.q.clone()).into_tensor_arg(),
+            bias: tensors
+                .bias
+                .unwrap_or_else(|| tensors.q.clone())
+                .into_tensor_arg(),
             q: tensors.q.into_tensor_arg(),
             k: tensors.k.into_tensor_arg(),
             v: tensors.v.into_tensor_arg(),
@@ -157,12 +174,20 @@ impl<R: Runtime> Launch<'_, R> {
             lse: tensors.lse.into_tensor_arg(),
         };
         match self.config.path {
-            ForwardPath::Portable => {
-                portable::launch::<R, F, M>(self.client, args, self.params, self.config, self.cube_count)
-            }
-            ForwardPath::Matrix => {
-                matrix::launch::<R, F, M>(self.client, args, self.params, self.config, self.cube_count)
-            }
+            ForwardPath::Portable => portable::launch::<R, F, M>(
+                self.client,
+                args,
+                self.params,
+                self.config,
+                self.cube_count,
+            ),
+            ForwardPath::Matrix => matrix::launch::<R, F, M>(
+                self.client,
+                args,
+                self.params,
+                self.config,
+                self.cube_count,
+            ),
         }
     }
 }
@@ -171,7 +196,10 @@ impl<R: Runtime> Launch<'_, R> {
 type ExpectedShape<'a, R> = (&'static str, Option<&'a TensorBinding<R>>, Vec<usize>);
 
 /// Checks every tensor's shape against the problem (the kernels trust them).
-fn check_shapes<R: Runtime>(problem: &AttentionProblem, tensors: &ForwardTensors<R>) -> Result<(), FlashError> {
+fn check_shapes<R: Runtime>(
+    problem: &AttentionProblem,
+    tensors: &ForwardTensors<R>,
+) -> Result<(), FlashError> {
     let p = problem;
     let (b, h) = (p.batch, p.num_heads);
     let expected: [ExpectedShape<R>; 7] = [
@@ -179,7 +207,11 @@ fn check_shapes<R: Runtime>(problem: &AttentionProblem, tensors: &ForwardTensors
         ("key", Some(&tensors.k), vec![b, h, p.seq_kv, p.head_dim]),
         ("value", Some(&tensors.v), vec![b, h, p.seq_kv, p.val_dim]),
         ("mask", tensors.mask.as_ref(), vec![b, h, p.seq_q, p.seq_kv]),
-        ("attn_bias", tensors.bias.as_ref(), vec![b, h, p.seq_q, p.seq_kv]),
+        (
+            "attn_bias",
+            tensors.bias.as_ref(),
+            vec![b, h, p.seq_q, p.seq_kv],
+        ),
         ("output", Some(&tensors.o), vec![b, h, p.seq_q, p.val_dim]),
         ("lse", Some(&tensors.lse), vec![b, h, p.seq_q]),
     ];
@@ -197,7 +229,11 @@ fn check_shapes<R: Runtime>(problem: &AttentionProblem, tensors: &ForwardTensors
         {
             return Err(FlashError::ShapeMismatch {
                 what,
-                detail: format!("{} strides for a rank-{} tensor", binding.strides.len(), shape.len()),
+                detail: format!(
+                    "{} strides for a rank-{} tensor",
+                    binding.strides.len(),
+                    shape.len()
+                ),
             });
         }
     }
@@ -265,7 +301,8 @@ pub(crate) fn write_outputs<F: Float>(
     #[comptime] precise: bool,
 ) {
     let normalizer = softmax.normalizer();
-    let o_row = batch as usize * o.stride(0) + head as usize * o.stride(1) + row as usize * o.stride(2);
+    let o_row =
+        batch as usize * o.stride(0) + head as usize * o.stride(1) + row as usize * o.stride(2);
     #[unroll]
     for c in 0..cols {
         let col = lane + c * lanes;
@@ -274,7 +311,9 @@ pub(crate) fn write_outputs<F: Float>(
         }
     }
     if lane == 0 {
-        let at = batch as usize * lse.stride(0) + head as usize * lse.stride(1) + row as usize * lse.stride(2);
+        let at = batch as usize * lse.stride(0)
+            + head as usize * lse.stride(1)
+            + row as usize * lse.stride(2);
         lse[at] = softmax.lse(precise);
     }
 }
@@ -295,7 +334,11 @@ pub(crate) struct UnitRole {
 #[cube]
 pub(crate) fn unit_role(q_start: u32, seq_q: u32, #[comptime] units_per_row: u32) -> UnitRole {
     let row = UNIT_POS / units_per_row;
-    UnitRole { row, lane: UNIT_POS % units_per_row, read_row: min(q_start + row, seq_q - 1) }
+    UnitRole {
+        row,
+        lane: UNIT_POS % units_per_row,
+        read_row: min(q_start + row, seq_q - 1),
+    }
 }
 
 /// The softmax step of one key/value block for this unit's logits (its columns

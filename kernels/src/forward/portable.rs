@@ -9,12 +9,12 @@ use cubecl::prelude::*;
 
 use crate::config::FlashConfig;
 use crate::primitives::block_range::kv_block_range;
-use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::dot::row_dot;
-use crate::primitives::score::{score, ScoreParams, ScoreParamsLaunch, ScoreTensors};
-use crate::primitives::tile_io::{head_view, load_tile, HeadView};
+use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
+use crate::primitives::tile_io::{HeadView, head_view, load_tile};
 
-use super::{score_tensors, softmax_block, unit_role, write_outputs, ForwardArgs, UnitRole};
+use super::{ForwardArgs, UnitRole, score_tensors, softmax_block, unit_role, write_outputs};
 
 /// Launches the portable kernel. The caller (`flash_attention_forward`) has validated the
 /// problem and picked `config`.
@@ -30,18 +30,8 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     // bounds-checked against the tensor shapes inside the kernel.
     unsafe {
         flash_attention_forward_kernel::launch_unchecked::<F, M, R>(
-            client,
-            cube_count,
-            cube_dim,
-            args.q,
-            args.k,
-            args.v,
-            args.mask,
-            args.bias,
-            args.o,
-            args.lse,
-            params,
-            config,
+            client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias, args.o,
+            args.lse, params, config,
         )
     }
 }
@@ -87,10 +77,18 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
     let tensors = score_tensors(mask, bias, batch, head, config.score);
 
     let mut tiles = Tiles {
-        q: SharedMemory::new(comptime!((config.block_q * config.head_dim_tile()) as usize)),
-        k: SharedMemory::new(comptime!((config.block_kv * config.head_dim_tile()) as usize)),
-        v: SharedMemory::new(comptime!((config.block_kv * config.val_dim_tile()) as usize)),
-        p: SharedMemory::new(comptime!((config.block_q * config.score_tile_cols()) as usize)),
+        q: SharedMemory::new(comptime!(
+            (config.block_q * config.head_dim_tile()) as usize
+        )),
+        k: SharedMemory::new(comptime!(
+            (config.block_kv * config.head_dim_tile()) as usize
+        )),
+        v: SharedMemory::new(comptime!(
+            (config.block_kv * config.val_dim_tile()) as usize
+        )),
+        p: SharedMemory::new(comptime!(
+            (config.block_q * config.score_tile_cols()) as usize
+        )),
         partial_max: SharedMemory::new(units as usize),
         partial_sum: SharedMemory::new(units as usize),
     };
@@ -115,17 +113,49 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
 
     // Step 2: stream the visible key/value blocks; fully masked causal blocks are skipped,
     // fully visible ones take the unmasked pass.
-    let range = kv_block_range(q_block, &params, config.block_q, config.block_kv, config.score);
+    let range = kv_block_range(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
     for kv_block in 0..range.first_masked {
         attend_kv_block::<F, M>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
-            &mut softmax, &mut acc, config, false,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            false,
         );
     }
     for kv_block in range.first_masked..range.end {
         attend_kv_block::<F, M>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, kv_block, role, &mut tiles,
-            &mut softmax, &mut acc, config, true,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            true,
         );
     }
 
@@ -176,8 +206,26 @@ fn attend_kv_block<F: Float, M: Int>(
     let score_cols = comptime!(config.score_tile_cols());
     let kv_start = kv_block * config.block_kv;
 
-    load_tile::<F, f32>(k, k_view, &mut tiles.k, kv_start, config.block_kv, config.head_dim, dk, units);
-    load_tile::<F, f32>(v, v_view, &mut tiles.v, kv_start, config.block_kv, config.val_dim, dv, units);
+    load_tile::<F, f32>(
+        k,
+        k_view,
+        &mut tiles.k,
+        kv_start,
+        config.block_kv,
+        config.head_dim,
+        dk,
+        units,
+    );
+    load_tile::<F, f32>(
+        v,
+        v_view,
+        &mut tiles.v,
+        kv_start,
+        config.block_kv,
+        config.val_dim,
+        dv,
+        units,
+    );
     sync_cube();
 
     // S = Q K^T for this unit's columns, transformed into logits, kept in registers.
@@ -187,9 +235,24 @@ fn attend_kv_block<F: Float, M: Int>(
     for t in 0..config.kv_cols_per_unit() {
         let col = role.lane + t * lanes;
         let k_row = (col * dk) as usize;
-        let dot = row_dot(&tiles.q, q_row, &tiles.k, k_row, config.head_dim, config.f64_dot);
+        let dot = row_dot(
+            &tiles.q,
+            q_row,
+            &tiles.k,
+            k_row,
+            config.head_dim,
+            config.f64_dot,
+        );
         logits[t as usize] = score::<F, M>(
-            dot, role.read_row, kv_start + col, params, tensors, mask, bias, config.score, masked_pass,
+            dot,
+            role.read_row,
+            kv_start + col,
+            params,
+            tensors,
+            mask,
+            bias,
+            config.score,
+            masked_pass,
         );
     }
 

@@ -51,5 +51,8 @@ pub fn kv_block_range(
         first_masked = 0u32;
     }
     let end = kv_end.div_ceil(block_kv);
-    KvBlockRange { first_masked: min(first_masked, end), end }
+    KvBlockRange {
+        first_masked: min(first_masked, end),
+        end,
+    }
 }

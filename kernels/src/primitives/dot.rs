@@ -37,7 +37,11 @@ fn row_dot_f64(
     let mut sum = f64::new(0.0);
     for d in 0..len {
         let at = d as usize;
-        sum = fma(f64::cast_from(a[a_start + at]), f64::cast_from(b[b_start + at]), sum);
+        sum = fma(
+            f64::cast_from(a[a_start + at]),
+            f64::cast_from(b[b_start + at]),
+            sum,
+        );
     }
     f32::cast_from(sum)
 }

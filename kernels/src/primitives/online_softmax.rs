@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use super::precise_math::{exp_f32, ln_f32};
-use super::score::{is_masked_logit, MASKED_LOGIT};
+use super::score::{MASKED_LOGIT, is_masked_logit};
 
 /// Log-sum-exp written for a fully masked row. It stands for `+inf` (WGSL cannot emit an
 /// infinite literal): `exp(s - lse)` is 0 for every finite `s`, as the backward pass needs.
@@ -25,7 +25,10 @@ impl OnlineSoftmax {
     /// Nothing seen yet: the max is the masked sentinel, the sum 0.
     #[allow(clippy::new_without_default)]
     pub fn new() -> OnlineSoftmax {
-        OnlineSoftmax { row_max: f32::new(MASKED_LOGIT), row_sum: f32::new(0.0) }
+        OnlineSoftmax {
+            row_max: f32::new(MASKED_LOGIT),
+            row_sum: f32::new(0.0),
+        }
     }
 
     /// Raises the running max to include `block_max` and returns `alpha`, the factor by which
@@ -42,7 +45,12 @@ impl OnlineSoftmax {
 
     /// `P = exp(s - row_max)`, exactly 0 for a masked logit. With `masked_pass = false` no
     /// entry is masked and the check is not emitted.
-    pub fn probability(&self, logit: f32, #[comptime] masked_pass: bool, #[comptime] precise: bool) -> f32 {
+    pub fn probability(
+        &self,
+        logit: f32,
+        #[comptime] masked_pass: bool,
+        #[comptime] precise: bool,
+    ) -> f32 {
         let p = exp_f32(logit - self.row_max, precise);
         if comptime!(masked_pass) {
             // When the whole row so far is masked, row_max = MASKED_LOGIT and exp(0) = 1:
@@ -68,6 +76,10 @@ impl OnlineSoftmax {
     pub fn lse(&self, #[comptime] precise: bool) -> f32 {
         // ln(0) would be -inf: a fully masked row takes the +inf stand-in instead.
         let safe_sum = select(self.row_sum > 0.0f32, self.row_sum, 1.0f32);
-        select(self.row_sum > 0.0f32, self.row_max + ln_f32(safe_sum, precise), f32::new(FULLY_MASKED_LSE))
+        select(
+            self.row_sum > 0.0f32,
+            self.row_max + ln_f32(safe_sum, precise),
+            f32::new(FULLY_MASKED_LSE),
+        )
     }
 }

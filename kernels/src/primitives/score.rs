@@ -89,7 +89,11 @@ pub fn scaled_logit(dot: f32, params: &ScoreParams, #[comptime] options: ScoreOp
 /// `1 - tanh^2(s / softcap)` from the capped logit `softcap * tanh(s / softcap)`; 1 without
 /// softcap. Multiply dS by it (and by `scale`) to get dS with respect to the raw dot.
 #[cube]
-pub fn softcap_derivative(capped: f32, params: &ScoreParams, #[comptime] options: ScoreOptions) -> f32 {
+pub fn softcap_derivative(
+    capped: f32,
+    params: &ScoreParams,
+    #[comptime] options: ScoreOptions,
+) -> f32 {
     if comptime!(options.has_softcap) {
         let tanh = capped / params.softcap;
         1.0 - tanh * tanh

@@ -50,7 +50,8 @@ pub fn load_tile<E: Numeric, S: Numeric>(
         let global_row = first_row + row;
         let mut value = S::from_int(0);
         if global_row < view.rows && col < cols {
-            let at = view.base + global_row as usize * view.row_stride + col as usize * view.col_stride;
+            let at =
+                view.base + global_row as usize * view.row_stride + col as usize * view.col_stride;
             value = S::cast_from(tensor[at]);
         }
         tile[index as usize] = value;

@@ -7,11 +7,19 @@ use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
 use burn_flash_attn_kernels::tolerance::{check, GRADIENT_FACTOR};
 use cubecl::prelude::*;
-use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-pub type TestRuntime = WgpuRuntime;
+/// The runtime under test, chosen by cargo feature: `cuda`, else `hip`, else wgpu (default).
+#[cfg(feature = "cuda")]
+pub type TestRuntime = cubecl::cuda::CudaRuntime;
+#[cfg(all(feature = "hip", not(feature = "cuda")))]
+pub type TestRuntime = cubecl::hip::HipRuntime;
+#[cfg(not(any(feature = "cuda", feature = "hip")))]
+pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
+
+mod device;
+pub use device::*;
 
 /// Written into every output before a launch: an element the kernel forgets stays NaN, which
 /// the comparison counts as infinitely wrong.
@@ -20,16 +28,7 @@ const POISON: f64 = f64::NAN;
 const MASKED_FRACTION: f64 = 0.25;
 
 pub fn client() -> ComputeClient<TestRuntime> {
-    TestRuntime::client(&WgpuDevice::default())
-}
-
-/// How the tensors are laid out in memory (the logical shapes never change).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    Contiguous,
-    /// q, k, v, o, d_out and the gradients stored `[batch, seq, heads, dim]` (Burn's transposed
-    /// views); mask and bias stored `[batch, heads, seq_kv, seq_q]`.
-    Transposed,
+    TestRuntime::client(&Default::default())
 }
 
 /// An explicit mask pattern.
@@ -213,108 +212,6 @@ impl HostData {
     }
 }
 
-/// A device tensor and what is needed to read it back.
-pub struct DeviceTensor {
-    pub handle: cubecl::server::Handle,
-    pub shape: Vec<usize>,
-    pub strides: Vec<usize>,
-}
-
-impl DeviceTensor {
-    pub fn binding(&self) -> TensorBinding<TestRuntime> {
-        // SAFETY: the buffer was created for exactly these shape and strides.
-        unsafe { TensorBinding::from_raw_parts(self.handle.clone(), self.strides.clone().into(), self.shape.clone().into()) }
-    }
-}
-
-/// Strides of `shape` stored in the order `physical` (outermost first).
-fn strides_for(shape: &[usize], physical: &[usize]) -> Vec<usize> {
-    let mut strides = vec![0; shape.len()];
-    let mut step = 1;
-    for &dim in physical.iter().rev() {
-        strides[dim] = step;
-        step *= shape[dim];
-    }
-    strides
-}
-
-fn logical_offsets(shape: &[usize], strides: &[usize]) -> Vec<usize> {
-    let total: usize = shape.iter().product();
-    (0..total)
-        .map(|mut flat| {
-            let mut offset = 0;
-            for d in (0..shape.len()).rev() {
-                offset += (flat % shape[d]) * strides[d];
-                flat /= shape[d];
-            }
-            offset
-        })
-        .collect()
-}
-
-/// Which physical order a tensor role takes under a layout.
-#[derive(Clone, Copy)]
-pub enum Role {
-    /// `[b, h, seq, dim]` tensors.
-    Rows,
-    /// `[b, h, seq_q, seq_kv]` tensors.
-    Scores,
-    /// `[b, h, seq_q]` statistics: always contiguous.
-    Stats,
-}
-
-fn physical_order(layout: Layout, role: Role) -> Vec<usize> {
-    match (layout, role) {
-        (_, Role::Stats) => vec![0, 1, 2],
-        (Layout::Contiguous, _) => vec![0, 1, 2, 3],
-        (Layout::Transposed, Role::Rows) => vec![0, 2, 1, 3],
-        (Layout::Transposed, Role::Scores) => vec![0, 1, 3, 2],
-    }
-}
-
-/// Uploads logical row-major `values` as `E` in the layout's physical order.
-pub fn upload<E: CubeElement>(
-    client: &ComputeClient<TestRuntime>,
-    values: &[f64],
-    shape: &[usize],
-    layout: Layout,
-    role: Role,
-    convert: impl Fn(f64) -> E,
-) -> DeviceTensor {
-    let strides = strides_for(shape, &physical_order(layout, role));
-    let mut physical = vec![convert(0.0); values.len()];
-    for (value, offset) in values.iter().zip(logical_offsets(shape, &strides)) {
-        physical[offset] = convert(*value);
-    }
-    let handle = client.create_from_slice(E::as_bytes(&physical));
-    DeviceTensor { handle, shape: shape.to_vec(), strides }
-}
-
-/// Uploads float values in the case's dtype.
-pub fn upload_float(client: &ComputeClient<TestRuntime>, dtype: FloatKind, values: &[f64], shape: &[usize], layout: Layout, role: Role) -> DeviceTensor {
-    match dtype {
-        FloatKind::F16 => upload(client, values, shape, layout, role, half::f16::from_f64),
-        FloatKind::BF16 => upload(client, values, shape, layout, role, half::bf16::from_f64),
-        FloatKind::F32 => upload(client, values, shape, layout, role, |x| x as f32),
-    }
-}
-
-/// Reads a tensor back in logical row-major order, as f64.
-pub fn read_float(client: &ComputeClient<TestRuntime>, dtype: FloatKind, tensor: &DeviceTensor) -> Vec<f64> {
-    let bytes = client.read_one(tensor.handle.clone()).expect("read back");
-    let physical: Vec<f64> = match dtype {
-        FloatKind::F16 => half::f16::from_bytes(&bytes).iter().map(|x| x.to_f64()).collect(),
-        FloatKind::BF16 => half::bf16::from_bytes(&bytes).iter().map(|x| x.to_f64()).collect(),
-        FloatKind::F32 => f32::from_bytes(&bytes).iter().map(|&x| x as f64).collect(),
-    };
-    logical_offsets(&tensor.shape, &tensor.strides).into_iter().map(|at| physical[at]).collect()
-}
-
-/// Raw bytes of a tensor (for bit-identical comparisons).
-pub fn read_bytes(client: &ComputeClient<TestRuntime>, tensor: &DeviceTensor) -> Vec<u8> {
-    client.read_one(tensor.handle.clone()).expect("read back").to_vec()
-}
-
 /// The forward results the backward consumes: `o` rounded to the dtype, `lse` as f32 with the
 /// forward kernel's stand-in for +inf (fully masked rows).
 pub fn forward_outputs(case: &Case, data: &HostData) -> (Vec<f64>, Vec<f64>) {
@@ -421,17 +318,24 @@ pub fn run_case(case: &Case) -> Result<(), String> {
         return Ok(());
     }
     let seed = case.seed();
-    println!("case {} seed {seed}", case.name());
     let data = HostData::draw(case, seed);
     let (o, lse) = forward_outputs(case, &data);
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
+    let start = std::time::Instant::now();
     flash_attention_backward(&client, &problem, device.tensors()).map_err(|e| format!("{}: {e}", case.name()))?;
-    let oracle = reference::backward(&problem, &data.inputs(), &data.d_out, Precision::F64);
-    let plain = reference::backward(&problem, &data.inputs(), &data.d_out, precision(case.dtype));
     let dq = read_float(&client, case.dtype, &device.dq);
     let dk = read_float(&client, case.dtype, &device.dk);
     let dv = read_float(&client, case.dtype, &device.dv);
+    let kernels = start.elapsed();
+    let oracle = reference::backward(&problem, &data.inputs(), &data.d_out, Precision::F64);
+    let plain = reference::backward(&problem, &data.inputs(), &data.d_out, precision(case.dtype));
+    println!(
+        "case {} seed {seed}: kernels {:.2?} (compile included), oracles {:.2?}",
+        case.name(),
+        kernels,
+        start.elapsed() - kernels
+    );
     check_gradient(case, "dq", &dq, &plain.dq, &oracle.dq)?;
     check_gradient(case, "dk", &dk, &plain.dk, &oracle.dk)?;
     check_gradient(case, "dv", &dv, &plain.dv, &oracle.dv)?;

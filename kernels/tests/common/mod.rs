@@ -42,15 +42,23 @@ impl Elem {
 
     fn encode(self, values: &[f64]) -> Vec<u8> {
         match self {
-            Elem::Float(FloatKind::F16) => {
-                values.iter().flat_map(|&x| half::f16::from_f64(x).to_le_bytes()).collect()
-            }
-            Elem::Float(FloatKind::BF16) => {
-                values.iter().flat_map(|&x| half::bf16::from_f64(x).to_le_bytes()).collect()
-            }
-            Elem::Float(FloatKind::F32) => values.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+            Elem::Float(FloatKind::F16) => values
+                .iter()
+                .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
+                .collect(),
+            Elem::Float(FloatKind::BF16) => values
+                .iter()
+                .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
+                .collect(),
+            Elem::Float(FloatKind::F32) => values
+                .iter()
+                .flat_map(|&x| (x as f32).to_le_bytes())
+                .collect(),
             Elem::Mask(MaskKind::U8) => values.iter().map(|&x| x as u8).collect(),
-            Elem::Mask(MaskKind::U32) => values.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
+            Elem::Mask(MaskKind::U32) => values
+                .iter()
+                .flat_map(|&x| (x as u32).to_le_bytes())
+                .collect(),
         }
     }
 
@@ -101,7 +109,10 @@ impl Layout {
     /// The `[b, s, h, d]` storage of a `[b, h, s, d]` tensor, rows padded: a transposed,
     /// non-contiguous view.
     pub fn transposed_padded() -> Self {
-        Layout::Strided { order: vec![0, 2, 1, 3], pad: 3 }
+        Layout::Strided {
+            order: vec![0, 2, 1, 3],
+            pad: 3,
+        }
     }
 
     /// Strides (in elements) and the number of elements of storage for `shape`.
@@ -114,7 +125,11 @@ impl Layout {
         let mut step = 1;
         for (position, &dim) in order.iter().enumerate().rev() {
             strides[dim] = step;
-            let extent = if position == order.len() - 1 { shape[dim] + pad } else { shape[dim] };
+            let extent = if position == order.len() - 1 {
+                shape[dim] + pad
+            } else {
+                shape[dim]
+            };
             step *= extent;
         }
         (strides, step)
@@ -133,7 +148,11 @@ impl DeviceTensor {
     pub fn binding(&self) -> TensorBinding<TestRuntime> {
         // SAFETY: shape and strides describe storage allocated by `upload` / `filled`.
         unsafe {
-            TensorBinding::from_raw_parts(self.handle.clone(), self.strides.clone().into(), self.shape.clone().into())
+            TensorBinding::from_raw_parts(
+                self.handle.clone(),
+                self.strides.clone().into(),
+                self.shape.clone().into(),
+            )
         }
     }
 }
@@ -151,8 +170,18 @@ fn storage_index(shape: &[usize], strides: &[usize], logical: usize) -> usize {
 
 /// Uploads `values` (logical row-major, `shape`) as `elem` with `layout`. Gaps in the storage
 /// are filled with a poison value (NaN, or "masked") so that reading them would show.
-pub fn upload(client: &Client, values: &[f64], shape: &[usize], elem: Elem, layout: &Layout) -> DeviceTensor {
-    assert_eq!(values.len(), shape.iter().product::<usize>(), "values do not match shape {shape:?}");
+pub fn upload(
+    client: &Client,
+    values: &[f64],
+    shape: &[usize],
+    elem: Elem,
+    layout: &Layout,
+) -> DeviceTensor {
+    assert_eq!(
+        values.len(),
+        shape.iter().product::<usize>(),
+        "values do not match shape {shape:?}"
+    );
     let (strides, storage_len) = layout.strides(shape);
     let gap = match elem {
         Elem::Float(_) => f64::NAN,
@@ -163,7 +192,12 @@ pub fn upload(client: &Client, values: &[f64], shape: &[usize], elem: Elem, layo
         storage[storage_index(shape, &strides, logical)] = value;
     }
     let handle = client.create_from_slice(&elem.encode(&storage));
-    DeviceTensor { handle, shape: shape.to_vec(), strides, elem }
+    DeviceTensor {
+        handle,
+        shape: shape.to_vec(),
+        strides,
+        elem,
+    }
 }
 
 /// A contiguous tensor with every element `value` (outputs are poisoned this way before a
@@ -175,7 +209,9 @@ pub fn filled(client: &Client, shape: &[usize], elem: Elem, value: f64) -> Devic
 
 /// Reads `tensor` back as f64, logical row-major.
 pub fn read(client: &Client, tensor: &DeviceTensor) -> Vec<f64> {
-    let bytes = client.read_one(tensor.handle.clone()).expect("device read failed");
+    let bytes = client
+        .read_one(tensor.handle.clone())
+        .expect("device read failed");
     let storage = tensor.elem.decode(&bytes);
     (0..tensor.shape.iter().product())
         .map(|logical| storage[storage_index(&tensor.shape, &tensor.strides, logical)])
@@ -198,7 +234,11 @@ pub fn random_values(rng: &mut StdRng, len: usize, amplitude: f64, kind: FloatKi
     (0..len)
         .map(|_| {
             let magnitude = rng.random_range(0.05..=1.0) * amplitude;
-            let value = if rng.random_bool(0.5) { magnitude } else { -magnitude };
+            let value = if rng.random_bool(0.5) {
+                magnitude
+            } else {
+                -magnitude
+            };
             precision(kind).round(value)
         })
         .collect()

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs on the H200 device machine, which has CUDA and PyTorch but no Rust: the binaries are built
+# here, stripped and gzipped into .carry/bin/ (see benches/device/pack.sh), the anchors copied to
+# .carry/anchors/. Every step writes its full output under $OUT and prints a short tail.
+#
+#   benches/device/run.sh STEP...    STEP: ktests | conformance | speed | quick | memory | anchors
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=/tmp/flash-bin
+mkdir -p "$BIN" "${OUT:=/tmp/out}"
+for f in .carry/bin/*.gz; do
+  gunzip -c "$f" > "$BIN/$(basename "$f" .gz)" && chmod +x "$BIN/$(basename "$f" .gz)"
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME COMMAND...: runs COMMAND, full log under $OUT, the last lines printed
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc, $((SECONDS - start)) s"
+  grep -E "^test result|FAILED|panicked|error" "$OUT/$name.log" | head -20
+  tail -n 4 "$OUT/$name.log"
+}
+
+for s in "$@"; do
+  case $s in
+    ktests)
+      for t in forward backward heuristics matrix_codegen; do
+        [ -x "$BIN/$t" ] && step "kernels-$t" "$BIN/$t" --test-threads=4
+      done ;;
+    conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
+    quick) step quick "$BIN/attention" speed --quick ;;
+    speed) step speed "$BIN/attention" speed ;;
+    memory) step memory "$BIN/attention" memory ;;
+    anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
+    *) echo "unknown step $s" ;;
+  esac
+done

@@ -1,0 +1,160 @@
+//! Path and block choices for the devices we target, from their properties: lavapipe (the
+//! test client itself), and MI300X / H200 properties built on top of it.
+mod common;
+
+use burn_flash_attn_kernels::heuristics::{elem_type, has_matrix_units, plan_forward};
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath};
+use cubecl::ir::features::MmaConfig;
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
+
+const CMMA_EDGE: u32 = 16;
+
+/// `base` with another plane size, shared memory size and 16x16x16 cmma for `dtypes`.
+fn device(
+    base: &DeviceProperties,
+    plane_size: u32,
+    shared_memory: usize,
+    dtypes: &[FloatKind],
+) -> DeviceProperties {
+    let mut props = base.clone();
+    props.hardware.plane_size_min = plane_size;
+    props.hardware.plane_size_max = plane_size;
+    props.hardware.max_shared_memory_size = shared_memory;
+    cubecl_cpp::register_supported_types(&mut props);
+    for &dtype in dtypes {
+        let elem = elem_type(dtype).into();
+        props.features.matmul.cmma.insert(MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m: CMMA_EDGE,
+            k: CMMA_EDGE,
+            n: CMMA_EDGE,
+        });
+    }
+    props
+}
+
+/// MI300X with `hip-rocwmma`: wave64, 64 KiB of LDS, f16 cmma only (bf16 does not compile).
+fn mi300x(base: &DeviceProperties) -> DeviceProperties {
+    device(base, 64, 64 * 1024, &[FloatKind::F16])
+}
+
+/// H200: 32 lanes, 227 KiB of shared memory, f16 and bf16 cmma.
+fn h200(base: &DeviceProperties) -> DeviceProperties {
+    device(base, 32, 227 * 1024, &[FloatKind::F16, FloatKind::BF16])
+}
+
+fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
+    AttentionProblem {
+        batch: 2,
+        num_heads: 8,
+        seq_q: 1000,
+        seq_kv: 1000,
+        head_dim,
+        val_dim: head_dim,
+        dtype,
+        scale: AttentionProblem::default_scale(head_dim),
+        softcap: None,
+        causal: true,
+        mask: None,
+        has_bias: false,
+    }
+}
+
+fn path(props: &DeviceProperties, dtype: FloatKind, head_dim: usize) -> ForwardPath {
+    let plan = plan_forward(props, &problem(dtype, head_dim), None).expect("planned");
+    println!("{dtype:?} hd{head_dim}: {}", plan.reason);
+    assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
+    assert!(plan.config.units() <= props.hardware.max_units_per_cube);
+    plan.config.path
+}
+
+#[test]
+fn test_device_never_takes_the_matrix_path_without_cmma() {
+    let client = common::client();
+    let props = client.properties();
+    for dtype in [FloatKind::F16, FloatKind::F32] {
+        if !has_matrix_units(props, dtype) {
+            for head_dim in [32, 64, 128, 256] {
+                assert_eq!(path(props, dtype, head_dim), ForwardPath::Portable);
+            }
+        }
+    }
+}
+
+#[test]
+fn h200_takes_the_matrix_path_for_f16_and_bf16_only() {
+    let client = common::client();
+    let props = h200(client.properties());
+    for head_dim in [32, 64, 80, 128, 256] {
+        assert_eq!(path(&props, FloatKind::F16, head_dim), ForwardPath::Matrix);
+        assert_eq!(path(&props, FloatKind::BF16, head_dim), ForwardPath::Matrix);
+        assert_eq!(
+            path(&props, FloatKind::F32, head_dim),
+            ForwardPath::Portable
+        );
+    }
+}
+
+#[test]
+fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
+    let client = common::client();
+    let props = mi300x(client.properties());
+    assert_eq!(path(&props, FloatKind::F16, 128), ForwardPath::Matrix);
+    // head_dim 256 matrix tiles exceed 64 KiB of LDS: the portable path takes over.
+    assert_eq!(path(&props, FloatKind::F16, 256), ForwardPath::Portable);
+    assert_eq!(path(&props, FloatKind::BF16, 128), ForwardPath::Portable);
+    let plan = plan_forward(&props, &problem(FloatKind::F16, 64), None).expect("planned");
+    assert_eq!(
+        plan.config.units_per_row, 4,
+        "wave64: 64 lanes over 16 rows"
+    );
+}
+
+#[test]
+fn forcing_the_matrix_path_without_cmma_is_an_error() {
+    let client = common::client();
+    let props = client.properties();
+    if !has_matrix_units(props, FloatKind::F16) {
+        let result = plan_forward(
+            props,
+            &problem(FloatKind::F16, 64),
+            Some(ForwardPath::Matrix),
+        );
+        assert!(result.is_err(), "{result:?}");
+    }
+}
+
+#[test]
+fn unsupported_problems_are_typed_errors() {
+    let client = common::client();
+    let too_wide = AttentionProblem {
+        head_dim: 300,
+        ..problem(FloatKind::F16, 64)
+    };
+    assert!(matches!(
+        burn_flash_attn_kernels::plan(&client, &too_wide),
+        Err(burn_flash_attn_kernels::FlashError::DimTooLarge {
+            dim: "head_dim",
+            value: 300,
+            ..
+        })
+    ));
+    let empty = AttentionProblem {
+        seq_kv: 0,
+        ..problem(FloatKind::F16, 64)
+    };
+    assert!(matches!(
+        burn_flash_attn_kernels::plan(&client, &empty),
+        Err(burn_flash_attn_kernels::FlashError::EmptyDimension { dim: "seq_kv" })
+    ));
+    let bad_cap = AttentionProblem {
+        softcap: Some(-1.0),
+        ..problem(FloatKind::F16, 64)
+    };
+    assert!(matches!(
+        burn_flash_attn_kernels::plan(&client, &bad_cap),
+        Err(burn_flash_attn_kernels::FlashError::InvalidSoftcap(_))
+    ));
+}
