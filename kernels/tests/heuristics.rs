@@ -9,7 +9,8 @@ use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
 
 const CMMA_EDGE: u32 = 16;
 
-/// `base` with another plane size, shared memory size and 16x16x16 cmma for `dtypes`.
+/// `base` with another plane size, shared memory size and 16x16x16 cmma for `dtypes` only (the
+/// base device's own cmma configs are dropped: on CUDA it registers bf16 too).
 fn device(
     base: &DeviceProperties,
     plane_size: u32,
@@ -21,6 +22,7 @@ fn device(
     props.hardware.plane_size_max = plane_size;
     props.hardware.max_shared_memory_size = shared_memory;
     cubecl_cpp::register_supported_types(&mut props);
+    props.features.matmul.cmma.clear();
     for &dtype in dtypes {
         let elem = elem_type(dtype).into();
         props.features.matmul.cmma.insert(MmaConfig {

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The seed experiment on the H200 device machine (no Rust there): gpt2-small, batch 16 x 1024
+# bytes, bf16, same seed and data, trained by the flash binary and by the fallback binary, then
+# PyTorch's GPT-2 anchor. CSVs and logs go to $OUT.
+#
+# Carry `.carry` (built here, see examples/gpt/README.md):
+#   .carry/bin/flash-gpt-{flash,fallback}.gz   stripped, gzip-compressed CUDA bf16 release builds
+#   .carry/data/fortunes.txt                   examples/gpt/scripts/fetch_fortunes.sh
+#   .carry/anchors/torch_gpt.py                copied from shared/anchors
+#
+# Usage: examples/gpt/run_h200.sh [PHASE...]   phases: flash fallback torch compare (default: all)
+# The device allows 10 minutes per command: run phases in separate calls if one call is too short.
+# Each phase is cut at PHASE_TIMEOUT seconds; a cut run keeps the CSV rows it had written.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+carry=.carry
+out="${OUT:-out}"
+steps="${STEPS:-300}"
+batch="${BATCH:-16}"
+seed="${SEED:-0}"
+data="${DATA:-$carry/data/fortunes.txt}"
+phase_timeout="${PHASE_TIMEOUT:-280}"
+export RUST_LOG="${RUST_LOG:-warn,burn_flash_attn=info}"
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(flash fallback torch compare)
+mkdir -p "$out"
+bin="$(mktemp -d)"
+trap 'rm -rf "$bin"' EXIT
+
+unpack() {
+  gunzip -c "$carry/bin/flash-gpt-$1.gz" >"$bin/flash-gpt-$1" && chmod +x "$bin/flash-gpt-$1"
+}
+
+train() {
+  local variant="$1"
+  unpack "$variant" || return 1
+  echo "== $variant: gpt2-small, batch $batch, $steps steps, seed $seed, $data"
+  timeout "$phase_timeout" "$bin/flash-gpt-$variant" train --preset gpt2-small --batch "$batch" \
+    --steps "$steps" --seed "$seed" --data "$data" --csv "$out/$variant.csv" --quiet \
+    2>&1 | tee "$out/$variant.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
+status=0
+for phase in "${phases[@]}"; do
+  case "$phase" in
+    flash | fallback) train "$phase" || status=1 ;;
+    torch)
+      timeout "$phase_timeout" python3 "$carry/anchors/torch_gpt.py" "$batch" 2>&1 \
+        | tee "$out/torch_gpt.log" || status=1
+      ;;
+    compare)
+      unpack flash || { status=1; continue; }
+      "$bin/flash-gpt-flash" compare "$out/flash.csv" "$out/fallback.csv" | tee "$out/compare.txt"
+      "$bin/flash-gpt-flash" plot "$out/flash.csv" "$out/fallback.csv" --out "$out/gpt2-small.png"
+      ;;
+    *) echo "unknown phase $phase (flash fallback torch compare)"; status=1 ;;
+  esac
+done
+exit "$status"

@@ -1,0 +1,131 @@
+//! Byte-level data: a text file, or a generated English-like corpus that needs nothing from
+//! outside, and batches drawn from it in an order fixed by a seed alone (so the flash run and
+//! the fallback run see the same bytes in the same order).
+use std::path::Path;
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use rand::{Rng, SeedableRng, rngs::StdRng, seq::IndexedRandom};
+
+use crate::Error;
+
+/// Size of the generated corpus: large enough that the tiny and mid presets do not memorize
+/// it within a few hundred steps, small enough to generate in milliseconds.
+const GENERATED_BYTES: usize = 1 << 20;
+/// Seed of the generated corpus (fixed: the corpus is part of the example, not of a run).
+const GENERATED_SEED: u64 = 2024;
+/// Sentences per generated paragraph.
+const SENTENCES_PER_PARAGRAPH: usize = 5;
+
+const SUBJECTS: &[&str] = &[
+    "the old sailor", "a small dog", "my neighbour", "the teacher", "every child", "the farmer",
+    "a tired student", "the captain", "our cat", "the baker", "a quiet girl", "the king",
+];
+const VERBS: &[&str] = &[
+    "found", "painted", "carried", "watched", "forgot", "cooked", "sold", "built", "lost",
+    "remembered", "opened", "borrowed",
+];
+const OBJECTS: &[&str] = &[
+    "a red boat", "the heavy door", "an apple pie", "the silver key", "a long letter",
+    "the broken clock", "a warm coat", "the map of the town", "a basket of eggs", "the green lamp",
+];
+const PLACES: &[&str] = &[
+    "near the river", "in the morning", "at the market", "behind the house", "before dinner",
+    "under the bridge", "after the storm", "on the hill",
+];
+const ENDINGS: &[&str] = &[".", ".", ".", "!", "?"];
+
+/// A byte string to learn from.
+pub struct Corpus {
+    bytes: Vec<u8>,
+}
+
+impl Corpus {
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        Ok(Self { bytes })
+    }
+
+    /// The built-in corpus: simple English sentences from a fixed seed, identical everywhere.
+    pub fn generated() -> Self {
+        let mut rng = StdRng::seed_from_u64(GENERATED_SEED);
+        let pick = |rng: &mut StdRng, words: &[&'static str]| *words.choose(rng).expect("words");
+        let mut text = String::with_capacity(GENERATED_BYTES);
+        let mut sentence = 0;
+        while text.len() < GENERATED_BYTES {
+            let subject = pick(&mut rng, SUBJECTS);
+            let mut first = subject.chars();
+            let capital = first.next().map(|c| c.to_ascii_uppercase()).unwrap_or(' ');
+            text.push(capital);
+            text.push_str(first.as_str());
+            text.push(' ');
+            text.push_str(pick(&mut rng, VERBS));
+            text.push(' ');
+            text.push_str(pick(&mut rng, OBJECTS));
+            if rng.random_bool(0.5) {
+                text.push(' ');
+                text.push_str(pick(&mut rng, PLACES));
+            }
+            text.push_str(pick(&mut rng, ENDINGS));
+            sentence += 1;
+            text.push(if sentence % SENTENCES_PER_PARAGRAPH == 0 { '\n' } else { ' ' });
+        }
+        Self { bytes: text.into_bytes() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// Token windows of one step: `inputs[i] = bytes[o_i .. o_i + seq]`, `targets` shifted by one.
+pub struct Batch {
+    pub inputs: TensorData,
+    pub targets: TensorData,
+}
+
+impl Batch {
+    pub fn tensors<B: Backend>(
+        &self,
+        device: &B::Device,
+    ) -> (Tensor<B, 2, Int>, Tensor<B, 2, Int>) {
+        (
+            Tensor::from_data(self.inputs.clone(), device),
+            Tensor::from_data(self.targets.clone(), device),
+        )
+    }
+}
+
+/// Random windows of a corpus, in an order that depends on the seed only.
+pub struct Batcher<'a> {
+    corpus: &'a Corpus,
+    batch: usize,
+    seq: usize,
+    rng: StdRng,
+}
+
+impl<'a> Batcher<'a> {
+    pub fn new(corpus: &'a Corpus, batch: usize, seq: usize, seed: u64) -> Result<Self, Error> {
+        if corpus.len() <= seq {
+            return Err(Error::CorpusTooSmall { bytes: corpus.len(), needed: seq + 1 });
+        }
+        Ok(Self { corpus, batch, seq, rng: StdRng::seed_from_u64(seed) })
+    }
+
+    pub fn next_batch(&mut self) -> Batch {
+        let last_start = self.corpus.len() - self.seq - 1;
+        let mut inputs = Vec::with_capacity(self.batch * self.seq);
+        let mut targets = Vec::with_capacity(self.batch * self.seq);
+        for _ in 0..self.batch {
+            let start = self.rng.random_range(0..=last_start);
+            let window = &self.corpus.bytes[start..start + self.seq + 1];
+            inputs.extend(window[..self.seq].iter().map(|&b| i32::from(b)));
+            targets.extend(window[1..].iter().map(|&b| i32::from(b)));
+        }
+        let shape = [self.batch, self.seq];
+        Batch { inputs: TensorData::new(inputs, shape), targets: TensorData::new(targets, shape) }
+    }
+}

@@ -1,0 +1,166 @@
+//! `flash-gpt train | compare | plot`: see `examples/gpt/README.md`.
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+use flash_gpt::{
+    Error,
+    backend::{Runtime, Selected, float_name, variant},
+    compare::{loss_gap, mean_ms_per_step},
+    data::Corpus,
+    memory::MemoryProbe,
+    model::Preset,
+    plot::{DEFAULT_FONT, Series, load_font, plot},
+    record::{CsvWriter, read_csv},
+    train::{TrainConfig, train},
+};
+
+/// The window of `compare`: the last 100 steps, as the experiment reports.
+const COMPARE_WINDOW: usize = 100;
+
+#[derive(Parser)]
+#[command(version, about = "GPT training with and without FlashAttention (Burn + burn-flash-attn)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a fresh model and write one CSV row per step.
+    Train(TrainArgs),
+    /// Max and mean |loss_a - loss_b| over the last steps both runs have, and their step times.
+    Compare {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long, default_value_t = COMPARE_WINDOW)]
+        last: usize,
+    },
+    /// Draw the loss curves and step times of the given CSVs into one PNG.
+    Plot {
+        #[arg(required = true)]
+        csvs: Vec<PathBuf>,
+        #[arg(long, short, default_value = "runs.png")]
+        out: PathBuf,
+        /// TrueType font for the text; without it the figure has no text.
+        #[arg(long, default_value = DEFAULT_FONT)]
+        font: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    #[arg(long, value_enum, default_value = "tiny")]
+    preset: Preset,
+    /// Sequences per step (each `context` bytes long).
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 6e-4)]
+    lr: f64,
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// A text file to train on; the built-in generated corpus when absent.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Where to write the per-step CSV (default `<variant>-<preset>.csv`).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// No progress bar (logs and CI).
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn run_train(args: TrainArgs) -> Result<(), Error> {
+    let corpus = match &args.data {
+        Some(path) => Corpus::from_file(path)?,
+        None => Corpus::generated(),
+    };
+    let preset_name = format!("{:?}", args.preset).to_lowercase();
+    let csv = args.csv.unwrap_or_else(|| format!("{}-{preset_name}.csv", variant()).into());
+    let config = TrainConfig {
+        model: args.preset.config(),
+        batch: args.batch,
+        steps: args.steps,
+        seed: args.seed,
+        learning_rate: args.lr,
+        warmup_steps: args.warmup,
+        progress: !args.quiet,
+    };
+    let data_name = args.data.as_ref().map_or("generated".into(), |p| p.display().to_string());
+    println!(
+        "{} {} | {:?} | batch {} x {} | {} steps | seed {} | data {data_name} ({} bytes)",
+        variant(),
+        float_name(),
+        config.model,
+        config.batch,
+        config.model.context,
+        config.steps,
+        config.seed,
+        corpus.len()
+    );
+    let device = Default::default();
+    let mut memory = MemoryProbe::<Runtime>::start(&device);
+    let mut writer = CsvWriter::create(&csv)?;
+    let records = train::<Selected>(&config, &corpus, &device, &mut memory, |r| writer.write(r))?;
+    let routes = burn_flash_attn::route_counts();
+    if let Some(last) = records.last() {
+        let window = COMPARE_WINDOW.min(records.len());
+        println!(
+            "done: loss {:.4} | {:.1} ms/step (last {window}) | peak {:.0} MiB | \
+             attention calls: {} kernel, {} fallback | {}",
+            last.loss,
+            mean_ms_per_step(&records, window),
+            last.peak_memory_mib,
+            routes.kernel,
+            routes.fallback,
+            csv.display()
+        );
+    }
+    Ok(())
+}
+
+fn run_compare(a: PathBuf, b: PathBuf, last: usize) -> Result<(), Error> {
+    let (runs_a, runs_b) = (read_csv(&a)?, read_csv(&b)?);
+    let gap = loss_gap(&runs_a, &runs_b, last)
+        .ok_or_else(|| Error::NothingToCompare(a.clone(), b.clone()))?;
+    println!(
+        "|loss delta| over the last {} steps: max {:.4e}, mean {:.4e}",
+        gap.steps, gap.max_abs, gap.mean_abs
+    );
+    for (path, runs) in [(&a, &runs_a), (&b, &runs_b)] {
+        let peak = runs.iter().map(|r| r.peak_memory_mib).fold(0.0, f64::max);
+        let ms = mean_ms_per_step(runs, last);
+        println!("{}: {ms:.1} ms/step, peak {peak:.0} MiB", path.display());
+    }
+    Ok(())
+}
+
+fn run_plot(csvs: Vec<PathBuf>, out: PathBuf, font: PathBuf) -> Result<(), Error> {
+    let series = csvs
+        .iter()
+        .map(|path| Ok(Series::from_csv(path, read_csv(path)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
+    plot(&series, &out, load_font(&font))?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let result = match Cli::parse().command {
+        Command::Train(args) => run_train(args),
+        Command::Compare { a, b, last } => run_compare(a, b, last),
+        Command::Plot { csvs, out, font } => run_plot(csvs, out, font),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
