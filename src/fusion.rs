@@ -24,80 +24,74 @@ struct Optionals {
 }
 
 impl Optionals {
-    /// Resolves the trailing optional inputs of an op to `B`'s tensors.
-    fn resolve<B: FusionBackend>(
+    /// Resolves q, k, v and the trailing optional inputs of an op to `B`'s tensors.
+    fn attention_inputs<B: FusionBackend>(
         self,
         handles: &mut Handles<B>,
+        [q, k, v]: [&TensorIr; 3],
         rest: &[TensorIr],
-    ) -> (Option<burn_backend::tensor::BoolTensor<B>>, Option<FloatTensor<B>>) {
+    ) -> AttentionInputs<B> {
         let mut rest = rest.iter();
         let mask = self.mask.then(|| handles.get_bool_tensor::<B>(rest.next().expect("mask input")));
-        let bias = self
+        let attn_bias = self
             .attn_bias
             .then(|| handles.get_float_tensor::<B>(rest.next().expect("attn_bias input")));
-        (mask, bias)
-    }
-}
-
-#[derive(Debug)]
-struct ForwardOp<B> {
-    desc: CustomOpIr,
-    problem: AttentionProblem,
-    optionals: Optionals,
-    _backend: PhantomData<B>,
-}
-
-impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for ForwardOp<B> {
-    fn execute(&self, handles: &mut Handles<B>) {
-        let [q, k, v, rest @ ..] = self.desc.inputs.as_slice() else {
-            unreachable!("registered with q, k, v first")
-        };
-        let (mask, attn_bias) = self.optionals.resolve::<B>(handles, rest);
-        let inputs = AttentionInputs {
+        AttentionInputs {
             query: handles.get_float_tensor::<B>(q),
             key: handles.get_float_tensor::<B>(k),
             value: handles.get_float_tensor::<B>(v),
             mask,
             attn_bias,
-        };
-        let saved = B::flash_forward(inputs, self.problem);
-        let [out, lse] = self.desc.outputs.as_slice() else { unreachable!("registered with o, lse") };
-        handles.register_float_tensor::<B>(&out.id, saved.out);
-        handles.register_float_tensor::<B>(&lse.id, saved.lse);
+        }
     }
 }
 
+/// Which kernels a [`FlashOp`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// Inputs q, k, v, [mask], [bias]; outputs o, lse.
+    Forward,
+    /// Inputs q, k, v, o, d_out, lse, [mask], [bias]; outputs dq, dk, dv.
+    Backward,
+}
+
+/// The custom op of one flash pass in the fusion stream.
 #[derive(Debug)]
-struct BackwardOp<B> {
+struct FlashOp<B> {
     desc: CustomOpIr,
     problem: AttentionProblem,
     optionals: Optionals,
+    pass: Pass,
     _backend: PhantomData<B>,
 }
 
-impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for BackwardOp<B> {
+impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for FlashOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
-        let [q, k, v, o, d_out, lse, rest @ ..] = self.desc.inputs.as_slice() else {
-            unreachable!("registered with q, k, v, o, d_out, lse first")
+        let (inputs, outputs) = (self.desc.inputs.as_slice(), self.desc.outputs.as_slice());
+        let results = match self.pass {
+            Pass::Forward => {
+                let [q, k, v, rest @ ..] = inputs else { unreachable!("registered with q, k, v first") };
+                let inputs = self.optionals.attention_inputs::<B>(handles, [q, k, v], rest);
+                let saved = B::flash_forward(inputs, self.problem);
+                vec![saved.out, saved.lse]
+            }
+            Pass::Backward => {
+                let [q, k, v, o, d_out, lse, rest @ ..] = inputs else {
+                    unreachable!("registered with q, k, v, o, d_out, lse first")
+                };
+                let inputs = self.optionals.attention_inputs::<B>(handles, [q, k, v], rest);
+                let saved = SavedForward {
+                    out: handles.get_float_tensor::<B>(o),
+                    lse: handles.get_float_tensor::<B>(lse),
+                };
+                let grad_out = handles.get_float_tensor::<B>(d_out);
+                let grads = B::flash_backward(inputs, saved, grad_out, self.problem);
+                vec![grads.query, grads.key, grads.value]
+            }
         };
-        let (mask, attn_bias) = self.optionals.resolve::<B>(handles, rest);
-        let inputs = AttentionInputs {
-            query: handles.get_float_tensor::<B>(q),
-            key: handles.get_float_tensor::<B>(k),
-            value: handles.get_float_tensor::<B>(v),
-            mask,
-            attn_bias,
-        };
-        let saved = SavedForward {
-            out: handles.get_float_tensor::<B>(o),
-            lse: handles.get_float_tensor::<B>(lse),
-        };
-        let grad_out = handles.get_float_tensor::<B>(d_out);
-        let grads = B::flash_backward(inputs, saved, grad_out, self.problem);
-        let [dq, dk, dv] = self.desc.outputs.as_slice() else { unreachable!("registered with dq, dk, dv") };
-        handles.register_float_tensor::<B>(&dq.id, grads.query);
-        handles.register_float_tensor::<B>(&dk.id, grads.key);
-        handles.register_float_tensor::<B>(&dv.id, grads.value);
+        for (output, tensor) in outputs.iter().zip(results) {
+            handles.register_float_tensor::<B>(&output.id, tensor);
+        }
     }
 }
 
@@ -147,7 +141,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
             (Shape::new([batch, heads, seq_q]), DType::F32),
         ];
         let [out, lse] = register::<B, _, 2>("flash_attention_forward", all, outputs, |desc| {
-            ForwardOp::<B> { desc, problem, optionals, _backend: PhantomData }
+            FlashOp::<B> { desc, problem, optionals, pass: Pass::Forward, _backend: PhantomData }
         });
         SavedForward { out, lse }
     }
@@ -162,7 +156,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
         let head = [inputs.query, inputs.key, inputs.value, saved.out, grad_out, saved.lse];
         let (all, optionals) = inputs_of::<B>(head, inputs.mask, inputs.attn_bias);
         let [query, key, value] = register::<B, _, 3>("flash_attention_backward", all, outputs, |desc| {
-            BackwardOp::<B> { desc, problem, optionals, _backend: PhantomData }
+            FlashOp::<B> { desc, problem, optionals, pass: Pass::Backward, _backend: PhantomData }
         });
         AttentionGrads { query, key, value }
     }
