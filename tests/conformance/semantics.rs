@@ -18,6 +18,7 @@ use serial_test::serial;
 use crate::common::{
     Cube, FlashInner, FlashTrain, Inner, Train, bool4, float, random_data, random_mask, to_f64,
 };
+use burn_autodiff::{Autodiff, checkpoint::strategy::BalancedCheckpointing};
 use burn_flash_attn::Flash;
 
 /// One attention problem: shapes and options.
@@ -219,6 +220,20 @@ fn gradients_match_autodiff_semantics() {
         }
         assert_zero_rows(&format!("{} dq", case.name), &got[0], &masked, case.head_dim);
     }
+}
+
+/// The backward node retrieves q, k, v through the checkpointer: with a checkpointing strategy
+/// (recomputation allowed) the gradients are the same as without.
+#[test]
+#[serial]
+fn gradients_with_balanced_checkpointing_match() {
+    let case = Case { name: "checkpointed_all_options", options: AttentionModuleOptions { scale: Some(0.7), softcap: Some(2.5), is_causal: true }, mask: true, bias: true, ..Q13_KV21 };
+    let data = case.data(77);
+    let plain = gradients::<FlashTrain>(&case, &data);
+    let checkpointed = gradients::<Flash<Autodiff<Inner, BalancedCheckpointing>>>(&case, &data);
+    let route = burn_flash_attn::last_route().expect("attention was routed");
+    assert!(route.is_kernel(), "checkpointed gradients must run the kernels, took {route}");
+    assert_eq!(checkpointed, plain, "BalancedCheckpointing changes the flash gradients");
 }
 
 #[test]
