@@ -2,50 +2,11 @@
 //! test client itself), and MI300X / H200 properties built on top of it.
 mod common;
 
-use burn_flash_attn_kernels::heuristics::{elem_type, has_matrix_units, plan_forward};
+use burn_flash_attn_kernels::heuristics::{has_matrix_units, plan_forward};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath};
-use cubecl::ir::features::MmaConfig;
-use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
+use cubecl::ir::DeviceProperties;
 
-const CMMA_EDGE: u32 = 16;
-
-/// `base` with another plane size, shared memory size and 16x16x16 cmma for `dtypes` only (the
-/// base device's own cmma configs are dropped: on CUDA it registers bf16 too).
-fn device(
-    base: &DeviceProperties,
-    plane_size: u32,
-    shared_memory: usize,
-    dtypes: &[FloatKind],
-) -> DeviceProperties {
-    let mut props = base.clone();
-    props.hardware.plane_size_min = plane_size;
-    props.hardware.plane_size_max = plane_size;
-    props.hardware.max_shared_memory_size = shared_memory;
-    cubecl_cpp::register_supported_types(&mut props);
-    props.features.matmul.cmma.clear();
-    for &dtype in dtypes {
-        let elem = elem_type(dtype).into();
-        props.features.matmul.cmma.insert(MmaConfig {
-            a_type: elem,
-            b_type: elem,
-            cd_type: ElemType::Float(IrFloatKind::F32).into(),
-            m: CMMA_EDGE,
-            k: CMMA_EDGE,
-            n: CMMA_EDGE,
-        });
-    }
-    props
-}
-
-/// MI300X with `hip-rocwmma`: wave64, 64 KiB of LDS, f16 cmma only (bf16 does not compile).
-fn mi300x(base: &DeviceProperties) -> DeviceProperties {
-    device(base, 64, 64 * 1024, &[FloatKind::F16])
-}
-
-/// H200: 32 lanes, 227 KiB of shared memory, f16 and bf16 cmma.
-fn h200(base: &DeviceProperties) -> DeviceProperties {
-    device(base, 32, 227 * 1024, &[FloatKind::F16, FloatKind::BF16])
-}
+use common::{h200, mi300x};
 
 fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
     AttentionProblem {

@@ -9,43 +9,14 @@ mod common;
 
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
-use burn_flash_attn_kernels::heuristics::{elem_type, plan_forward};
+use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
-use cubecl::ir::features::MmaConfig;
-use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind};
 use cubecl::prelude::*;
 use cubecl_cpp::cuda::CudaDialect;
 use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
 use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
 use cubecl_runtime::kernel::KernelTask;
-
-/// H100 / H200: 227 KiB of shared memory per block (opt-in), 32 lanes per plane.
-const H200_SHARED_MEMORY: usize = 227 * 1024;
-const H200_PLANE_SIZE: u32 = 32;
-const CMMA_EDGE: u32 = 16;
-
-/// The test client's properties, turned into an H200's for the planner.
-fn h200_properties(base: &DeviceProperties) -> DeviceProperties {
-    let mut props = base.clone();
-    props.hardware.plane_size_min = H200_PLANE_SIZE;
-    props.hardware.plane_size_max = H200_PLANE_SIZE;
-    props.hardware.max_shared_memory_size = H200_SHARED_MEMORY;
-    // bf16 and u8 storage, as the CUDA runtime registers them.
-    cubecl_cpp::register_supported_types(&mut props);
-    for dtype in [FloatKind::F16, FloatKind::BF16] {
-        let elem = elem_type(dtype).into();
-        props.features.matmul.cmma.insert(MmaConfig {
-            a_type: elem,
-            b_type: elem,
-            cd_type: ElemType::Float(IrFloatKind::F32).into(),
-            m: CMMA_EDGE,
-            k: CMMA_EDGE,
-            n: CMMA_EDGE,
-        });
-    }
-    props
-}
 
 fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
     let settings = KernelSettings::default()
@@ -72,7 +43,7 @@ fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -
     );
     let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
     let options = CompilationOptions {
-        warp_size: H200_PLANE_SIZE,
+        warp_size: common::H200_PLANE_SIZE,
         ..Default::default()
     };
     let compiled = cubecl::CubeTask::compile(
@@ -117,7 +88,7 @@ fn problem(
 #[test]
 fn matrix_path_expands_to_cuda_for_h200_configs() {
     let client = common::client();
-    let props = h200_properties(client.properties());
+    let props = common::h200(client.properties());
     let all_options = |p: AttentionProblem| AttentionProblem {
         softcap: Some(2.0),
         causal: true,
@@ -170,7 +141,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
-            shared <= H200_SHARED_MEMORY,
+            shared <= common::H200_SHARED_MEMORY,
             "{case:?}: {shared} bytes of shared memory"
         );
         assert_eq!(

@@ -24,6 +24,58 @@ pub fn client() -> Client {
     TestRuntime::client(&Default::default())
 }
 
+/// Edge of the cmma tiles the simulated devices register (16x16x16).
+const CMMA_EDGE: u32 = 16;
+/// H100 / H200: 227 KiB of shared memory per block (opt-in), 32 lanes per plane.
+pub const H200_SHARED_MEMORY: usize = 227 * 1024;
+pub const H200_PLANE_SIZE: u32 = 32;
+/// MI300X: 64 KiB of LDS, wave64.
+pub const MI300X_SHARED_MEMORY: usize = 64 * 1024;
+pub const MI300X_PLANE_SIZE: u32 = 64;
+
+/// `base` turned into another device for the planner: its plane size, shared memory, the
+/// storage types the C++ runtimes register (bf16, u8), and 16x16x16 cmma with f32 accumulation
+/// for `cmma_dtypes` only (the base device's own cmma configs are dropped: on CUDA it registers
+/// bf16 too).
+pub fn simulated_device(
+    base: &cubecl::ir::DeviceProperties,
+    plane_size: u32,
+    shared_memory: usize,
+    cmma_dtypes: &[FloatKind],
+) -> cubecl::ir::DeviceProperties {
+    use burn_flash_attn_kernels::heuristics::elem_type;
+    use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
+
+    let mut props = base.clone();
+    props.hardware.plane_size_min = plane_size;
+    props.hardware.plane_size_max = plane_size;
+    props.hardware.max_shared_memory_size = shared_memory;
+    cubecl_cpp::register_supported_types(&mut props);
+    props.features.matmul.cmma.clear();
+    for &dtype in cmma_dtypes {
+        let elem = elem_type(dtype).into();
+        props.features.matmul.cmma.insert(MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m: CMMA_EDGE,
+            k: CMMA_EDGE,
+            n: CMMA_EDGE,
+        });
+    }
+    props
+}
+
+/// An H200 (f16 and bf16 cmma) built on `base`.
+pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
+    simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &[FloatKind::F16, FloatKind::BF16])
+}
+
+/// An MI300X with `hip-rocwmma` (f16 cmma only: bf16 does not compile) built on `base`.
+pub fn mi300x(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
+    simulated_device(base, MI300X_PLANE_SIZE, MI300X_SHARED_MEMORY, &[FloatKind::F16])
+}
+
 /// Element type of a device tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Elem {
