@@ -4,7 +4,10 @@
 //!
 //! ```text
 //! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory] [--quick]
+//!     [--bar] [--flash-only] [--fwd-only]
 //! ```
+//! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
+//! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
@@ -125,12 +128,22 @@ fn check_route(name: &str, shape: [usize; 4]) {
     }
 }
 
-fn speed(shapes: &[[usize; 4]]) {
+/// Rows to skip in a tuning run.
+#[derive(Clone, Copy)]
+struct Only {
+    flash: bool,
+    forward: bool,
+}
+
+fn speed(shapes: &[[usize; 4]], only: Only) {
     println!("impl,B,H,N,D,causal,pass,ms,tflops");
     for &shape in shapes {
         for causal in [false, true] {
             let [b, h, n, d] = shape;
             for (name, pass, factor, bench) in rows() {
+                if (only.flash && name != "flash") || (only.forward && pass != "fwd") {
+                    continue;
+                }
                 let ms = time(bench(shape, causal));
                 check_route(name, shape);
                 let tflops = forward_flops(shape, causal) * factor / ms / 1e9;
@@ -155,11 +168,19 @@ fn memory() {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let shapes: &[[usize; 4]] = if quick { &SHAPES[..1] } else { &SHAPES };
+    let flag = |name: &str| args.iter().any(|a| a == name);
+    let bar = [SHAPES[0], SHAPES[3]];
+    let shapes: &[[usize; 4]] = if flag("--quick") {
+        &SHAPES[..1]
+    } else if flag("--bar") {
+        &bar
+    } else {
+        &SHAPES
+    };
+    let only = Only { flash: flag("--flash-only"), forward: flag("--fwd-only") };
     match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
         Some("memory") => memory(),
-        Some("speed") | None => speed(shapes),
+        Some("speed") | None => speed(shapes, only),
         Some(other) => eprintln!("unknown mode {other}: use speed or memory"),
     }
 }

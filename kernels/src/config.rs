@@ -12,6 +12,11 @@ pub enum ForwardPath {
     /// `cmma` fragments for `S = Q K^T` and `O += P V`, softmax through shared memory.
     /// Needs a registered cmma config for (dtype, dtype, f32, 16x16x16).
     Matrix,
+    /// FA-2's own recipe: register-level `mma` 16x8x16 (CubeCL's manual MMA), the online
+    /// softmax on the accumulators in registers, P fed back as the A operand without leaving
+    /// registers. Needs a registered manual MMA config for (dtype, dtype, f32, 16x8x16), plane
+    /// size 32 (the PTX fragment layout) and rows of q, k, v loadable 8 elements at a time.
+    Mma,
 }
 
 impl ForwardPath {
@@ -19,12 +24,15 @@ impl ForwardPath {
         match self {
             ForwardPath::Portable => "portable",
             ForwardPath::Matrix => "matrix",
+            ForwardPath::Mma => "mma",
         }
     }
 }
 
 /// Edge of one cmma tile (m = n = k): the matrix path pads head_dim and val_dim to it.
 pub const MATRIX_TILE: u32 = 16;
+/// Elements per global load and per `ldmatrix` row on the mma path (16 bytes of f16/bf16).
+pub const MMA_CHUNK: u32 = 8;
 /// Bytes of one f32 (softmax statistics, S, the portable tiles and the accumulators).
 const F32_BYTES: usize = 4;
 
@@ -77,7 +85,7 @@ impl FlashConfig {
     pub fn head_dim_tile(&self) -> u32 {
         match self.path {
             ForwardPath::Portable => self.head_dim | 1,
-            ForwardPath::Matrix => self.head_dim.next_multiple_of(MATRIX_TILE),
+            ForwardPath::Matrix | ForwardPath::Mma => self.head_dim.next_multiple_of(MATRIX_TILE),
         }
     }
 
@@ -86,7 +94,7 @@ impl FlashConfig {
     pub fn val_dim_tile(&self) -> u32 {
         match self.path {
             ForwardPath::Portable => self.val_dim.next_multiple_of(self.units_per_row),
-            ForwardPath::Matrix => self.val_dim.next_multiple_of(MATRIX_TILE),
+            ForwardPath::Matrix | ForwardPath::Mma => self.val_dim.next_multiple_of(MATRIX_TILE),
         }
     }
 
@@ -95,11 +103,23 @@ impl FlashConfig {
     pub fn score_tile_cols(&self) -> u32 {
         match self.path {
             ForwardPath::Portable => self.block_kv + 1,
-            ForwardPath::Matrix => self.block_kv,
+            ForwardPath::Matrix | ForwardPath::Mma => self.block_kv,
         }
     }
 
-    /// Planes per cube on the matrix path: one plane per 16 query rows.
+    /// Row length, in 8-element chunks, of the mma path's Q and K tiles: one chunk of padding
+    /// makes the row stride an odd multiple of 16 bytes, so the 8 rows of an `ldmatrix` phase
+    /// fall in 8 different bank groups.
+    pub fn mma_head_stride(&self) -> u32 {
+        self.head_dim_tile() / MMA_CHUNK + 1
+    }
+
+    /// Row length, in chunks, of the mma path's V tile (same padding).
+    pub fn mma_val_stride(&self) -> u32 {
+        self.val_dim_tile() / MMA_CHUNK + 1
+    }
+
+    /// Planes per cube on the matrix and mma paths: one plane per 16 query rows.
     pub fn num_planes(&self) -> u32 {
         self.block_q / MATRIX_TILE
     }
@@ -119,6 +139,11 @@ impl FlashConfig {
                     (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
                 let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
                 staged + f32_tiles + partials
+            }
+            ForwardPath::Mma => {
+                let chunks = bq * self.mma_head_stride() as usize
+                    + bkv * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+                chunks * MMA_CHUNK as usize * self.elem_bytes as usize
             }
         }
     }

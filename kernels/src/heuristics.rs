@@ -7,7 +7,7 @@
 use cubecl::ir::features::MmaConfig;
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageType};
 
-use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE};
+use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
@@ -28,6 +28,18 @@ const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
 const MATRIX_PLANES: u32 = 4;
 /// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
+
+/// The manual MMA shape of the mma path (m16n8k16, PTX fragment layout).
+const MMA_SHAPE: (u32, u32, u32) = (16, 8, 16);
+/// The plane size the PTX m16n8k16 fragment layout assumes.
+const MMA_PLANE_SIZE: u32 = 32;
+/// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
+/// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
+const MMA_MAX_DIM: u32 = 128;
+/// Planes per cube on the mma path (block_q = 16 * planes) and key/value rows per block,
+/// unless `BURN_FLASH_MMA=planes,block_kv` overrides them (a benchmarking knob).
+const MMA_PLANES: u32 = 4;
+const MMA_BLOCK_KV: u32 = 64;
 
 /// The chosen configuration and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +77,23 @@ pub fn has_matrix_units(props: &DeviceProperties, dtype: FloatKind) -> bool {
         k: MATRIX_TILE,
         n: MATRIX_TILE,
     })
+}
+
+/// Whether the device registers the manual (register-level) 16x8x16 MMA with `dtype` inputs
+/// and f32 accumulation, with the plane size of its PTX fragment layout.
+pub fn has_register_mma(props: &DeviceProperties, dtype: FloatKind) -> bool {
+    let elem: StorageType = elem_type(dtype).into();
+    let (m, n, k) = MMA_SHAPE;
+    props.hardware.plane_size_max == MMA_PLANE_SIZE
+        && props.hardware.plane_size_min == MMA_PLANE_SIZE
+        && props.features.matmul.mma.contains(&MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m,
+            n,
+            k,
+        })
 }
 
 /// f32 outputs get the ~1 ulp exp / ln (WGSL's built-in exp may be off by 3 + 2|x| ulp) and,
@@ -125,6 +154,10 @@ pub fn plan_forward(
             ForwardPath::Portable,
             "f32 inputs: cmma would round them to tf32".to_string(),
         ),
+        None if has_register_mma(props, problem.dtype) && mma_fits_registers(problem) => (
+            ForwardPath::Mma,
+            format!("16x8x16 {:?} register mma is registered", problem.dtype),
+        ),
         None if matrix => (
             ForwardPath::Matrix,
             format!("16x16x16 {:?} cmma is registered", problem.dtype),
@@ -136,6 +169,7 @@ pub fn plan_forward(
     };
     let config = match path {
         ForwardPath::Portable => portable_config(props, problem)?,
+        ForwardPath::Mma => mma_config(props, problem)?,
         ForwardPath::Matrix => match (matrix_config(props, problem, plane_size), forced) {
             (Ok(config), _) => config,
             (Err(error), Some(_)) => return Err(error),
@@ -266,6 +300,61 @@ fn matrix_config(
         }
     }
     Err(too_big(props, problem))
+}
+
+/// Whether the mma path holds the problem's rows in registers and loads them in whole chunks.
+fn mma_fits_registers(problem: &AttentionProblem) -> bool {
+    let dims = [problem.head_dim as u32, problem.val_dim as u32];
+    dims.iter()
+        .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)
+}
+
+/// `BURN_FLASH_MMA=planes,block_kv`: a benchmarking override of the mma path's blocks.
+fn mma_blocks() -> (u32, u32) {
+    let parsed = std::env::var("BURN_FLASH_MMA").ok().and_then(|value| {
+        let (planes, block_kv) = value.split_once(',')?;
+        Some((planes.trim().parse().ok()?, block_kv.trim().parse().ok()?))
+    });
+    match parsed {
+        Some((planes, block_kv))
+            if (1..=16).contains(&planes) && block_kv >= 16 && block_kv % 16 == 0 =>
+        {
+            (planes, block_kv)
+        }
+        _ => (MMA_PLANES, MMA_BLOCK_KV),
+    }
+}
+
+fn mma_config(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+) -> Result<FlashConfig, FlashError> {
+    if !has_register_mma(props, problem.dtype) || !mma_fits_registers(problem) {
+        return Err(FlashError::Device(format!(
+            "the mma path needs a 16x8x16 {:?} register mma, plane size {MMA_PLANE_SIZE}, and \
+             head_dim / val_dim multiples of {MMA_CHUNK} up to {MMA_MAX_DIM} (got {} / {})",
+            problem.dtype, problem.head_dim, problem.val_dim
+        )));
+    }
+    let (planes, block_kv) = mma_blocks();
+    let config = FlashConfig {
+        path: ForwardPath::Mma,
+        block_q: planes * MATRIX_ROWS_PER_PLANE,
+        block_kv,
+        head_dim: problem.head_dim as u32,
+        val_dim: problem.val_dim as u32,
+        units_per_row: MMA_PLANE_SIZE / MATRIX_ROWS_PER_PLANE,
+        plane_size: MMA_PLANE_SIZE,
+        elem_bytes: problem.dtype.size() as u32,
+        precise_math: false,
+        f64_dot: false,
+        score: score_options(problem),
+    };
+    if fits(props, &config) {
+        Ok(config)
+    } else {
+        Err(too_big(props, problem))
+    }
 }
 
 fn fits(props: &DeviceProperties, config: &FlashConfig) -> bool {

@@ -47,12 +47,20 @@ fn test_device_never_takes_the_matrix_path_without_cmma() {
 }
 
 #[test]
-fn h200_takes_the_matrix_path_for_f16_and_bf16_only() {
+fn h200_takes_the_mma_path_up_to_128_then_the_matrix_path() {
     let client = common::client();
     let props = h200(client.properties());
-    for head_dim in [32, 64, 80, 128, 256] {
-        assert_eq!(path(&props, FloatKind::F16, head_dim), ForwardPath::Matrix);
-        assert_eq!(path(&props, FloatKind::BF16, head_dim), ForwardPath::Matrix);
+    for (head_dim, expected) in [
+        (32, ForwardPath::Mma),
+        (64, ForwardPath::Mma),
+        (80, ForwardPath::Mma),
+        (128, ForwardPath::Mma),
+        // Not a multiple of the 8-element load chunk, or too wide for the registers.
+        (36, ForwardPath::Matrix),
+        (256, ForwardPath::Matrix),
+    ] {
+        assert_eq!(path(&props, FloatKind::F16, head_dim), expected, "{head_dim}");
+        assert_eq!(path(&props, FloatKind::BF16, head_dim), expected, "{head_dim}");
         assert_eq!(
             path(&props, FloatKind::F32, head_dim),
             ForwardPath::Portable

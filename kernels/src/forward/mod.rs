@@ -1,9 +1,10 @@
 //! The FlashAttention-2 forward pass: `o = softmax(logits(q k^T)) v` and the row log-sum-exp.
 //!
 //! [`flash_attention_forward`] validates the problem, picks a path and blocks through
-//! [`crate::heuristics`], and launches one of two kernels:
+//! [`crate::heuristics`], and launches one of three kernels:
 //! - [`portable`]: scalar tiles in shared memory, runs everywhere (lavapipe, WGPU, HIP bf16, f32);
-//! - [`matrix`]: `cmma` fragments where the device registers them for the dtype.
+//! - [`matrix`]: `cmma` fragments where the device registers them for the dtype;
+//! - [`mma`]: register-level `mma` with the softmax on the accumulators (CUDA f16/bf16).
 //!
 //! Shapes (any strides, `true` in the mask = masked):
 //! ```text
@@ -22,11 +23,12 @@
 //! i=2    x x x x x
 //! ```
 pub mod matrix;
+pub mod mma;
 pub mod portable;
 
 use cubecl::prelude::*;
 
-use crate::config::{FlashConfig, ForwardPath};
+use crate::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::heuristics::{ForwardPlan, plan_forward};
 use crate::primitives::online_softmax::OnlineSoftmax;
@@ -94,7 +96,28 @@ pub fn flash_attention_forward_on<R: Runtime>(
     path: Option<ForwardPath>,
 ) -> Result<ForwardLaunch, FlashError> {
     check_shapes(problem, &tensors)?;
-    let ForwardPlan { config, reason } = plan_forward(client.properties(), problem, path)?;
+    let ForwardPlan {
+        config,
+        mut reason,
+    } = plan_forward(client.properties(), problem, path)?;
+    // The mma path loads rows in 16-byte chunks; views that do not allow it (a strided last
+    // dimension, an odd offset) take the matrix path, which reads any strides.
+    let config = if config.path == ForwardPath::Mma && path.is_none() && !chunked(problem, &tensors)
+    {
+        let plan = plan_forward(client.properties(), problem, Some(ForwardPath::Matrix))?;
+        reason = format!(
+            "matrix path (q, k, v rows are not contiguous 16-byte chunks, which the mma path \
+             loads); {}",
+            plan.reason
+        );
+        plan.config
+    } else if config.path == ForwardPath::Mma && !chunked(problem, &tensors) {
+        return Err(FlashError::Device(
+            "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks".into(),
+        ));
+    } else {
+        config
+    };
     let params = ScoreParamsLaunch::new(
         problem.scale as f32,
         problem.softcap.unwrap_or(1.0) as f32,
@@ -188,8 +211,31 @@ impl<R: Runtime> Launch<'_, R> {
                 self.config,
                 self.cube_count,
             ),
+            ForwardPath::Mma => mma::launch::<R, F, M>(
+                self.client,
+                args,
+                self.params,
+                self.config,
+                self.cube_count,
+                MMA_CHUNK as usize,
+            ),
         }
     }
+}
+
+/// Whether q, k and v can be read in chunks of [`MMA_CHUNK`] elements: contiguous rows,
+/// every other stride and the offset multiples of a chunk.
+fn chunked<R: Runtime>(problem: &AttentionProblem, tensors: &ForwardTensors<R>) -> bool {
+    let chunk = MMA_CHUNK as usize;
+    let chunk_bytes = (chunk * problem.dtype.size()) as u64;
+    [&tensors.q, &tensors.k, &tensors.v].into_iter().all(|t| {
+        let strides = t.strides.as_ref();
+        strides.len() == 4
+            && strides[3] == 1
+            && t.shape.as_ref()[3] % chunk == 0
+            && strides[..3].iter().all(|s| s % chunk == 0)
+            && t.handle.offset_start.unwrap_or(0) % chunk_bytes == 0
+    })
 }
 
 /// A tensor's name, its binding (if given) and the shape the problem implies.

@@ -3,6 +3,7 @@
 //! - [`score`]: the logit transform (scale, softcap, mask, causal, bias) shared by forward and
 //!   backward.
 //! - [`dot`]: f32 dot products of shared-memory rows.
+//! - [`mma`]: register-level 16x8x16 mma fragments, chunked tiles, `ldmatrix` loads.
 //! - [`online_softmax`]: running max / sum with the `alpha` rescale.
 //! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
@@ -10,6 +11,7 @@
 //! - [`tile_io`]: strided global tiles to shared memory.
 pub mod block_range;
 pub mod dot;
+pub mod mma;
 pub mod online_softmax;
 pub mod precise_math;
 pub mod row_reduce;

@@ -66,9 +66,26 @@ pub fn simulated_device(
     props
 }
 
-/// An H200 (f16 and bf16 cmma) built on `base`.
+/// An H200 (f16 and bf16 cmma, and the register-level 16x8x16 mma) built on `base`.
 pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &[FloatKind::F16, FloatKind::BF16])
+    use burn_flash_attn_kernels::heuristics::elem_type;
+    use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
+
+    let dtypes = [FloatKind::F16, FloatKind::BF16];
+    let mut props = simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &dtypes);
+    props.features.matmul.mma.clear();
+    for dtype in dtypes {
+        let elem = elem_type(dtype).into();
+        props.features.matmul.mma.insert(MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m: 16,
+            n: 8,
+            k: 16,
+        });
+    }
+    props
 }
 
 /// An MI300X with `hip-rocwmma` (f16 cmma only: bf16 does not compile) built on `base`.

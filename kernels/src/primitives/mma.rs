@@ -1,0 +1,288 @@
+//! Register-level `mma` (CubeCL's manual MMA, m16n8k16, f32 accumulation) and the tiles it
+//! reads: what the mma forward and backward kernels share.
+//!
+//! Fragment layout (PTX m16n8k16, 32 lanes; lane `l`, row group `g = l / 4`, `t = l % 4`):
+//! ```text
+//!   accumulator tile (16 x 8)     A operand (16 x 16) = two accumulator tiles side by side
+//!   row g     : cols 2t, 2t+1     a[0] = tile 0, row g     a[2] = tile 1, row g
+//!   row g + 8 : cols 2t, 2t+1     a[1] = tile 0, row g + 8 a[3] = tile 1, row g + 8
+//!   B operand (16 x 8): b[0] = rows 2t, 2t+1 of column g; b[1] = rows 2t+8, 2t+9
+//! ```
+//! An accumulator array holds tile `j` at `[2j]` (row g) and `[2j + 1]` (row g + 8), so the
+//! accumulators of tiles `2kk, 2kk + 1`, cast to the input type, are A fragment `kk` as they
+//! stand: a product can feed the next one without leaving registers.
+//!
+//! Tiles live in shared memory in 8-element chunks (16 bytes of f16/bf16), rows padded by one
+//! chunk: the row stride is an odd multiple of 16 bytes, so the 8 rows of an `ldmatrix` phase
+//! hit 8 different bank groups.
+use cubecl::cmma::{MatrixIdent, MmaDefinition};
+use cubecl::prelude::*;
+
+/// Two elements of a fragment register (f16/bf16 pairs in A/B, f32 pairs in accumulators).
+pub type Pair<E> = Vector<E, Const<2>>;
+
+/// Lanes of one plane (the PTX m16n8k16 layout is defined for 32).
+pub const LANES: u32 = 32;
+/// Rows of an A fragment / accumulator tile, and the k of one mma.
+pub const TILE_M: u32 = 16;
+/// Columns of one accumulator tile (the mma's n).
+pub const TILE_N: u32 = 8;
+/// Registers of one A fragment / one B fragment / one accumulator tile, per lane.
+pub const A_REGS: u32 = 4;
+pub const B_REGS: u32 = 2;
+pub const ACC_REGS: u32 = 2;
+
+/// The 16x8x16 mma of `F` inputs with f32 accumulation.
+#[cube]
+pub fn mma_definition<F: Float>() -> MmaDefinition<F, F, f32> {
+    MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize)
+}
+
+/// Where this lane sits in the fragments (see the module doc).
+#[derive(CubeType, Clone, Copy)]
+pub struct Lane {
+    /// `UNIT_POS_PLANE`.
+    pub id: u32,
+    /// Row group `id / 4`: this lane's accumulator rows are `group` and `group + 8`.
+    pub group: u32,
+    /// `id % 4`: this lane's columns of every tile are `2 * quad` and `+ 1`.
+    pub quad: u32,
+}
+
+#[cube]
+pub fn lane() -> Lane {
+    Lane {
+        id: UNIT_POS_PLANE,
+        group: UNIT_POS_PLANE / 4,
+        quad: UNIT_POS_PLANE % 4,
+    }
+}
+
+/// `tiles` accumulator tiles of zeros.
+#[cube]
+pub fn zero_accumulators(#[comptime] tiles: u32) -> Array<Pair<f32>> {
+    let mut acc = Array::<Pair<f32>>::new(comptime!((ACC_REGS * tiles) as usize));
+    #[unroll]
+    for i in 0..comptime!(ACC_REGS * tiles) {
+        acc[i as usize] = Pair::<f32>::new(0.0f32);
+    }
+    acc
+}
+
+/// A fragment `kk` of accumulator tiles `2kk, 2kk + 1`, cast to `F`.
+#[cube]
+pub fn accumulators_as_a<F: Float>(acc: &Array<Pair<f32>>, #[comptime] kk: u32) -> Array<Pair<F>> {
+    let mut a = Array::<Pair<F>>::new(A_REGS as usize);
+    #[unroll]
+    for r in 0..A_REGS {
+        a[r as usize] = Pair::<F>::cast_from(acc[(kk * A_REGS + r) as usize]);
+    }
+    a
+}
+
+/// The A fragment of rows `[first_row, first_row + 16)`, columns `[16 kk, 16 kk + 16)` of a
+/// row-major tile (`ldmatrix.x4`).
+#[cube]
+pub fn load_a<F: Float, N: Size>(
+    tile: &SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] stride: u32,
+    #[comptime] kk: u32,
+) -> Array<Pair<F>> {
+    let lane = UNIT_POS_PLANE;
+    // Lanes 0-15 address rows 0-15 at chunk 2kk, lanes 16-31 the same rows at chunk 2kk + 1.
+    let at = (first_row + lane % 16) * stride + kk * 2 + lane / 16;
+    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
+        &tile.slice(at as usize, at as usize + 1),
+        MatrixIdent::A,
+        4usize,
+        false,
+    )
+}
+
+/// The B fragments of two accumulator tiles whose n index runs along the tile's rows: B(k, n) =
+/// tile[first_row + n][16 kk + k], for n in `[0, 16)` (tiles `[0..2)` and `[2..4)` of the
+/// result: rows `[first_row, +8)` and `[first_row + 8, +16)`). `ldmatrix.x4`, not transposed.
+#[cube]
+pub fn load_b_by_rows<F: Float, N: Size>(
+    tile: &SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] stride: u32,
+    #[comptime] kk: u32,
+) -> Array<Pair<F>> {
+    let lane = UNIT_POS_PLANE;
+    let row = first_row + lane % 8 + (lane / 16) * 8;
+    let at = row * stride + kk * 2 + (lane / 8) % 2;
+    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
+        &tile.slice(at as usize, at as usize + 1),
+        MatrixIdent::B,
+        4usize,
+        false,
+    )
+}
+
+/// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
+/// tile[first_row + k][16 jj + n], k in `[0, 16)`, n in `[0, 16)` (tiles `[0..2)`: columns
+/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). `ldmatrix.x4.trans`.
+#[cube]
+pub fn load_b_by_cols<F: Float, N: Size>(
+    tile: &SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] stride: u32,
+    #[comptime] jj: u32,
+) -> Array<Pair<F>> {
+    let lane = UNIT_POS_PLANE;
+    let at = (first_row + lane % 16) * stride + jj * 2 + lane / 16;
+    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
+        &tile.slice(at as usize, at as usize + 1),
+        MatrixIdent::B,
+        4usize,
+        true,
+    )
+}
+
+/// `acc tile += a * b[b_first..b_first + 2]` on accumulator tile `tile`.
+#[cube]
+pub fn mma_tile<F: Float>(
+    a: &Array<Pair<F>>,
+    b: &Array<Pair<F>>,
+    #[comptime] b_first: u32,
+    acc: &mut Array<Pair<f32>>,
+    #[comptime] tile: u32,
+) {
+    let mut b_regs = Array::<Pair<F>>::new(B_REGS as usize);
+    #[unroll]
+    for r in 0..B_REGS {
+        b_regs[r as usize] = b[(b_first + r) as usize];
+    }
+    let mut c = Array::<Pair<f32>>::new(ACC_REGS as usize);
+    #[unroll]
+    for r in 0..ACC_REGS {
+        c[r as usize] = acc[(tile * ACC_REGS + r) as usize];
+    }
+    mma_definition::<F>().execute_inplace(a, &b_regs, &mut c);
+    #[unroll]
+    for r in 0..ACC_REGS {
+        acc[(tile * ACC_REGS + r) as usize] = c[r as usize];
+    }
+}
+
+/// `acc tiles 2jj, 2jj + 1 += a * (the four B registers of a load_b_*)`.
+#[cube]
+pub fn mma_tile_pair<F: Float>(
+    a: &Array<Pair<F>>,
+    b: &Array<Pair<F>>,
+    acc: &mut Array<Pair<f32>>,
+    #[comptime] jj: u32,
+) {
+    mma_tile::<F>(a, b, 0u32, acc, comptime!(jj * 2));
+    mma_tile::<F>(a, b, B_REGS, acc, comptime!(jj * 2 + 1));
+}
+
+/// Max over the four lanes of a row group.
+#[cube]
+pub fn quad_max(value: f32) -> f32 {
+    let pair = max(value, plane_shuffle_xor(value, 1));
+    max(pair, plane_shuffle_xor(pair, 2))
+}
+
+/// Sum over the four lanes of a row group (the same order in every lane: bit-identical).
+#[cube]
+pub fn quad_sum(value: f32) -> f32 {
+    let pair = value + plane_shuffle_xor(value, 1);
+    pair + plane_shuffle_xor(pair, 2)
+}
+
+/// One (batch, head) of a chunked tensor: chunk `c` of row `r` is at
+/// `base + r * row_stride + c` (all in chunks).
+#[derive(CubeType, Clone, Copy)]
+pub struct ChunkView {
+    pub base: usize,
+    pub row_stride: usize,
+    pub rows: u32,
+}
+
+#[cube]
+pub fn chunk_view<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    batch: u32,
+    head: u32,
+) -> ChunkView {
+    let chunk = tensor.vector_size();
+    ChunkView {
+        base: (batch as usize * tensor.stride(0) + head as usize * tensor.stride(1)) / chunk,
+        row_stride: tensor.stride(2) / chunk,
+        rows: tensor.shape(2) as u32,
+    }
+}
+
+/// Loads chunks `[0, tile_chunks)` of rows `[first_row, first_row + rows)` into registers,
+/// chunk `UNIT_POS + i * units` of the block into `staged[i]`. Rows past the tensor and chunks
+/// `[cols, tile_chunks)` (the padding to the mma tile) are zeros.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fetch_rows<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    staged: &mut Array<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] cols: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] units: u32,
+) {
+    let total = comptime!(rows * tile_chunks);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let index = UNIT_POS + i * units;
+        let row = index / tile_chunks;
+        let chunk = index % tile_chunks;
+        let global_row = first_row + row;
+        let mut value = Vector::<F, N>::zeroed();
+        if index < total && global_row < view.rows && chunk < cols {
+            value = tensor[view.base + global_row as usize * view.row_stride + chunk as usize];
+        }
+        staged[i as usize] = value;
+    }
+}
+
+/// Stores what [`fetch_rows`] loaded into a tile of `stride` chunks per row.
+#[cube]
+pub fn store_rows<F: Float, N: Size>(
+    staged: &Array<Vector<F, N>>,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    #[comptime] rows: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+) {
+    let total = comptime!(rows * tile_chunks);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let index = UNIT_POS + i * units;
+        if index < total {
+            let row = index / tile_chunks;
+            let chunk = index % tile_chunks;
+            tile[(row * stride + chunk) as usize] = staged[i as usize];
+        }
+    }
+}
+
+/// Registers for [`fetch_rows`] of `rows * tile_chunks` chunks over `units` units.
+#[cube]
+pub fn staging<F: Float, N: Size>(
+    #[comptime] rows: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] units: u32,
+) -> Array<Vector<F, N>> {
+    Array::<Vector<F, N>>::new(comptime!((rows * tile_chunks).div_ceil(units) as usize))
+}
+
+/// A chunked shared-memory tile of `rows` rows of `stride` chunks, 16-byte aligned.
+#[cube]
+pub fn chunk_tile<F: Float, N: Size>(
+    #[comptime] rows: u32,
+    #[comptime] stride: u32,
+) -> SharedMemory<Vector<F, N>> {
+    SharedMemory::<Vector<F, N>>::new_aligned(comptime!((rows * stride) as usize), 16usize)
+}

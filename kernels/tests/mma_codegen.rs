@@ -1,0 +1,147 @@
+//! The mma path needs the register-level 16x8x16 mma (CUDA): lavapipe cannot run it. This
+//! test expands its kernel for H200-like properties and compiles it to CUDA C++ with cubecl's
+//! own CUDA compiler, no device needed: it proves the kernel expands for every config the
+//! heuristics pick (tails, dims 8..128, all options), that the source has the `mma.sync` and
+//! `ldmatrix` instructions and no `#error`, and that it fits the shared memory the heuristics
+//! planned. Numerics: `cargo test --no-default-features --features cuda --test forward` on a
+//! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
+mod common;
+
+use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath, MMA_CHUNK};
+use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
+use burn_flash_attn_kernels::heuristics::plan_forward;
+use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
+use cubecl::prelude::*;
+use cubecl_cpp::cuda::CudaDialect;
+use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
+use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+use cubecl_runtime::kernel::KernelTask;
+
+fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+    let settings = KernelSettings::default()
+        .cube_dim(CubeDim::new_2d(config.plane_size, config.num_planes()))
+        .address_type(AddressType::U32);
+    let tensor = || TensorCompilationArg { inplace: None };
+    let kernel = FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
+        settings,
+        client.clone(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        ScoreParamsCompilationArg {
+            scale: (),
+            softcap: (),
+            seq_q: (),
+            seq_kv: (),
+        },
+        MMA_CHUNK as usize,
+        config,
+    );
+    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
+    let options = CompilationOptions {
+        warp_size: common::H200_PLANE_SIZE,
+        ..Default::default()
+    };
+    let compiled = cubecl::CubeTask::compile(
+        &task,
+        &mut Default::default(),
+        &options,
+        ExecutionMode::Checked,
+        AddressType::U32.unsigned_type(),
+    )
+    .expect("CUDA compilation of the mma kernel");
+    let shared = compiled
+        .repr
+        .as_ref()
+        .map(|r| r.shared_memory_size())
+        .unwrap_or(0);
+    (compiled.source, shared)
+}
+
+fn problem(
+    dtype: FloatKind,
+    head_dim: usize,
+    val_dim: usize,
+    seq_q: usize,
+    seq_kv: usize,
+) -> AttentionProblem {
+    AttentionProblem {
+        batch: 1,
+        num_heads: 1,
+        seq_q,
+        seq_kv,
+        head_dim,
+        val_dim,
+        dtype,
+        scale: AttentionProblem::default_scale(head_dim),
+        softcap: None,
+        causal: false,
+        mask: None,
+        has_bias: false,
+    }
+}
+
+#[test]
+fn mma_path_expands_to_cuda_for_h200_configs() {
+    let client = common::client();
+    let props = common::h200(client.properties());
+    let all_options = |p: AttentionProblem| AttentionProblem {
+        softcap: Some(2.0),
+        causal: true,
+        mask: Some(MaskKind::U8),
+        has_bias: true,
+        ..p
+    };
+    let cases = [
+        problem(FloatKind::F16, 64, 64, 113, 203),
+        problem(FloatKind::BF16, 128, 128, 1024, 1024),
+        problem(FloatKind::F16, 40, 80, 77, 90),
+        problem(FloatKind::BF16, 8, 24, 1, 1),
+        all_options(problem(FloatKind::F16, 96, 64, 203, 113)),
+        all_options(problem(FloatKind::BF16, 128, 128, 4096, 4096)),
+    ];
+    for case in cases {
+        let plan = plan_forward(&props, &case, None).expect("planned");
+        assert_eq!(plan.config.path, ForwardPath::Mma, "{case:?}: {}", plan.reason);
+        let (source, shared) = match (case.dtype, case.mask) {
+            (FloatKind::F16, Some(MaskKind::U8)) => {
+                cuda_source::<half::f16, u8>(&client, plan.config)
+            }
+            (FloatKind::F16, _) => cuda_source::<half::f16, u32>(&client, plan.config),
+            (FloatKind::BF16, Some(MaskKind::U8)) => {
+                cuda_source::<half::bf16, u8>(&client, plan.config)
+            }
+            (FloatKind::BF16, _) => cuda_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
+        };
+        if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
+            let path = format!(
+                "{dir}/mma_{:?}_hd{}_dv{}.cu",
+                case.dtype, case.head_dim, case.val_dim
+            );
+            std::fs::write(&path, &source).expect("dump the CUDA source");
+        }
+        println!(
+            "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
+            plan.reason,
+            source.len()
+        );
+        assert!(source.contains("mma.sync"), "{case:?}: no mma.sync in the source");
+        assert!(source.contains("ldmatrix"), "{case:?}: no ldmatrix in the source");
+        assert!(!source.contains("#error"), "{case:?}: #error in the source");
+        assert!(
+            shared <= common::H200_SHARED_MEMORY,
+            "{case:?}: {shared} bytes of shared memory"
+        );
+        assert_eq!(
+            shared,
+            plan.config.shared_memory_bytes(),
+            "{case:?}: heuristics' shared memory estimate"
+        );
+    }
+}
