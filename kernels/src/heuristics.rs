@@ -303,7 +303,7 @@ fn matrix_config(
 }
 
 /// Whether the mma path holds the problem's rows in registers and loads them in whole chunks.
-fn mma_fits_registers(problem: &AttentionProblem) -> bool {
+pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
     let dims = [problem.head_dim as u32, problem.val_dim as u32];
     dims.iter()
         .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)

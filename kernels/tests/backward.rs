@@ -248,7 +248,43 @@ fn half_cases(dtype: burn_flash_attn_kernels::problem::FloatKind) -> Vec<Case> {
     ]
 }
 
+/// Cases for the mma path (CUDA f16/bf16, dims multiples of 8 up to 128); elsewhere they run
+/// on the portable path.
+#[test]
+fn half_sweep_mma_shapes_and_options() {
+    run_cases(&[
+        Case::new(BF16, 203, 113, 96).mask(MaskPattern::RandomWithMaskedRows).bias().softcap(3.0).causal(),
+        Case::new(F16, 113, 203, 64).heads(2, 2).mask_u8(MaskPattern::Random).bias(),
+        Case::new(BF16, 77, 90, 40).val_dim(80),
+        Case::new(F16, 1, 1, 8).val_dim(24),
+        Case::new(BF16, 256, 256, 128).causal(),
+        Case::new(F16, 100, 64, 16).scale(-0.4).causal(),
+        Case::new(BF16, 64, 300, 32).heads(3, 1),
+    ]);
+}
+
 // ---- determinism ----
+
+#[test]
+fn bf16_causal_mask_reruns_are_bit_identical() {
+    let case = Case::new(BF16, 113, 203, 64).heads(1, 2).causal().mask(MaskPattern::Random);
+    let client = client();
+    if !supported(&client, &case) {
+        return;
+    }
+    let data = HostData::draw(&case, case.seed());
+    let (o, lse) = forward_outputs(&case, &data);
+    let mut first: Option<[Vec<u8>; 3]> = None;
+    for run in 0..RERUNS {
+        let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
+        flash_attention_backward(&client, &case.problem(), device.tensors()).unwrap();
+        let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
+        match &first {
+            None => first = Some(bytes),
+            Some(first) => assert!(first == &bytes, "{}: run {run} differs from run 0", case.name()),
+        }
+    }
+}
 
 #[test]
 fn f32_causal_mask_bias_reruns_are_bit_identical() {

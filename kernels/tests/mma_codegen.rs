@@ -15,7 +15,7 @@ use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
 use cubecl_cpp::cuda::CudaDialect;
 use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
-use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
 use cubecl_runtime::kernel::KernelTask;
 
 fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
@@ -43,9 +43,13 @@ fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -
         config,
     );
     let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
+    // As cubecl-cuda's runtime sets them (fast math on: `__expf` for the softmax).
     let options = CompilationOptions {
         warp_size: common::H200_PLANE_SIZE,
-        ..Default::default()
+        supports_features: CppSupportedFeatures {
+            fast_math: true,
+            ..Default::default()
+        },
     };
     let compiled = cubecl::CubeTask::compile(
         &task,
@@ -133,6 +137,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         );
         assert!(source.contains("mma.sync"), "{case:?}: no mma.sync in the source");
         assert!(source.contains("ldmatrix"), "{case:?}: no ldmatrix in the source");
+        assert!(source.contains("__expf"), "{case:?}: no fast exp in the source");
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
             shared <= common::H200_SHARED_MEMORY,
@@ -143,5 +148,93 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
             plan.config.shared_memory_bytes(),
             "{case:?}: heuristics' shared memory estimate"
         );
+    }
+}
+
+fn compile<K: CubeKernel>(kernel: K) -> (String, usize) {
+    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
+    let options = CompilationOptions {
+        warp_size: common::H200_PLANE_SIZE,
+        supports_features: CppSupportedFeatures {
+            fast_math: true,
+            ..Default::default()
+        },
+    };
+    let compiled = cubecl::CubeTask::compile(
+        &task,
+        &mut Default::default(),
+        &options,
+        ExecutionMode::Checked,
+        AddressType::U32.unsigned_type(),
+    )
+    .expect("CUDA compilation of a backward mma kernel");
+    let shared = compiled.repr.as_ref().map(|r| r.shared_memory_size()).unwrap_or(0);
+    (compiled.source, shared)
+}
+
+/// The backward mma kernels (dK/dV and dQ) for the configs `plan_backward` picks on an H200.
+#[test]
+fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
+    use burn_flash_attn_kernels::backward::config::{BackwardKernel, BackwardPath, plan_backward};
+    use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
+    use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
+
+    let client = common::client();
+    let props = common::h200(client.properties());
+    let cases = [
+        problem(FloatKind::BF16, 64, 64, 1024, 1024),
+        problem(FloatKind::F16, 128, 128, 113, 203),
+        AttentionProblem {
+            softcap: Some(2.0),
+            causal: true,
+            mask: Some(MaskKind::U32),
+            has_bias: true,
+            ..problem(FloatKind::BF16, 40, 80, 77, 90)
+        },
+    ];
+    let tensor = || TensorCompilationArg { inplace: None };
+    let params = || ScoreParamsCompilationArg {
+        scale: (),
+        softcap: (),
+        seq_q: (),
+        seq_kv: (),
+    };
+    for case in cases {
+        for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+            let plan = plan_backward(&props, &case, kernel).expect("planned");
+            assert_eq!(plan.config.path, BackwardPath::Mma, "{case:?}: {}", plan.reason);
+            let config = plan.config;
+            let outer = match kernel {
+                BackwardKernel::KeyValue => config.block_kv,
+                BackwardKernel::Query => config.block_q,
+            };
+            let settings = KernelSettings::default()
+                .cube_dim(CubeDim::new_2d(32, outer / 16))
+                .address_type(AddressType::U32);
+            let chunk = MMA_CHUNK as usize;
+            let (source, shared) = match (kernel, case.dtype) {
+                (BackwardKernel::KeyValue, FloatKind::BF16) => compile(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
+                )),
+                (BackwardKernel::KeyValue, _) => compile(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
+                )),
+                (BackwardKernel::Query, FloatKind::BF16) => compile(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
+                )),
+                (BackwardKernel::Query, _) => compile(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
+                )),
+            };
+            if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
+                let path = format!("{dir}/mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim);
+                std::fs::write(&path, &source).expect("dump the CUDA source");
+            }
+            println!("{case:?} {kernel:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)", plan.reason, source.len());
+            assert!(source.contains("mma.sync"), "{case:?} {kernel:?}: no mma.sync");
+            assert!(source.contains("ldmatrix"), "{case:?} {kernel:?}: no ldmatrix");
+            assert!(!source.contains("#error"), "{case:?} {kernel:?}: #error in the source");
+            assert_eq!(shared, config.shared_memory_bytes(), "{case:?} {kernel:?}: shared memory estimate");
+        }
     }
 }

@@ -7,7 +7,9 @@
 //! in shared memory as f32; the accumulators live in registers.
 use cubecl::ir::DeviceProperties;
 
+use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
+use crate::heuristics::{has_register_mma, mma_fits_registers};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::AttentionProblem;
 
@@ -40,8 +42,24 @@ pub enum BackwardKernel {
     Query,
 }
 
+/// How the block pairs are multiplied.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum BackwardPath {
+    /// Scalar f32 FMAs on f32 shared-memory tiles, Kahan-compensated sums: runs everywhere.
+    Portable,
+    /// Register-level 16x8x16 mma, P and dS reused as A operands in registers
+    /// ([`super::mma`]). Same requirements as the forward's mma path.
+    Mma,
+}
+
+/// Rows of the outer (accumulated) block per plane on the mma path, and planes per cube.
+const MMA_PLANES: u32 = 4;
+/// Rows of the inner (streamed) block on the mma path.
+const MMA_INNER_BLOCK: u32 = 64;
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct BackwardConfig {
+    pub path: BackwardPath,
     pub kernel: BackwardKernel,
     /// Query rows per tile.
     pub block_q: u32,
@@ -130,9 +148,29 @@ impl BackwardConfig {
         if self.keeps_p() { self.block_q * self.score_tile_cols() } else { 1 }
     }
 
+    /// Row length, in 8-element chunks, of the mma path's Q and K tiles (one chunk of padding:
+    /// see [`crate::primitives::mma`]).
+    pub fn mma_head_stride(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
+    }
+
+    /// Row length, in chunks, of the mma path's dO and V tiles.
+    pub fn mma_val_stride(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        if self.path == BackwardPath::Mma {
+            let chunks = (bq + bkv) * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+            let chunk_bytes = MMA_CHUNK as usize * 2;
+            let row_stats = match self.kernel {
+                BackwardKernel::KeyValue => 2 * bq * F32_BYTES,
+                BackwardKernel::Query => 0,
+            };
+            return chunks * chunk_bytes + row_stats;
+        }
         let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
         let ds = bq * self.score_tile_cols() as usize;
         // lse and delta of the query block.
@@ -141,6 +179,10 @@ impl BackwardConfig {
     }
 
     fn fits(&self, props: &DeviceProperties) -> bool {
+        if self.path == BackwardPath::Mma {
+            return self.shared_memory_bytes() <= props.hardware.max_shared_memory_size
+                && self.units <= props.hardware.max_units_per_cube;
+        }
         self.shared_memory_bytes() <= props.hardware.max_shared_memory_size
             && self.units <= props.hardware.max_units_per_cube
             && self.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT
@@ -178,6 +220,42 @@ pub fn plan_backward(
     kernel: BackwardKernel,
 ) -> Result<BackwardPlan, FlashError> {
     problem.validate()?;
+    if has_register_mma(props, problem.dtype) && mma_fits_registers(problem) {
+        let (outer, inner) = (MMA_PLANES * MATRIX_TILE, MMA_INNER_BLOCK);
+        let (block_q, block_kv) = match kernel {
+            BackwardKernel::KeyValue => (inner, outer),
+            BackwardKernel::Query => (outer, inner),
+        };
+        let config = BackwardConfig {
+            path: BackwardPath::Mma,
+            kernel,
+            block_q,
+            block_kv,
+            head_dim: problem.head_dim as u32,
+            val_dim: problem.val_dim as u32,
+            units: MMA_PLANES * crate::primitives::mma::LANES,
+            score: score_options(problem),
+        };
+        if config.fits(props) {
+            let reason = format!(
+                "{kernel:?} kernel, mma path (16x8x16 {:?} register mma): block_q = {block_q}, \
+                 block_kv = {block_kv}, {} bytes of shared memory",
+                problem.dtype,
+                config.shared_memory_bytes()
+            );
+            return Ok(BackwardPlan { config, reason });
+        }
+    }
+    plan_backward_portable(props, problem, kernel)
+}
+
+/// [`plan_backward`] restricted to the portable path (inputs the mma path cannot load).
+pub fn plan_backward_portable(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+) -> Result<BackwardPlan, FlashError> {
+    problem.validate()?;
     let (outer_seq, inner_seq) = match kernel {
         BackwardKernel::KeyValue => (problem.seq_kv, problem.seq_q),
         BackwardKernel::Query => (problem.seq_q, problem.seq_kv),
@@ -195,6 +273,7 @@ pub fn plan_backward(
                 UNITS_SMALL
             };
             let config = BackwardConfig {
+                path: BackwardPath::Portable,
                 kernel,
                 block_q,
                 block_kv,

@@ -26,16 +26,20 @@ pub mod compensated;
 pub mod config;
 pub mod dkdv;
 pub mod dq;
+pub mod mma;
 pub mod preprocess;
 
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
+use crate::forward::chunked_rows;
 use crate::heuristics::{elem_type, mask_elem_type};
 use crate::primitives::score::ScoreParamsLaunch;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
-pub use config::{plan_backward, BackwardConfig, BackwardKernel, BackwardPlan};
+pub use config::{
+    plan_backward, plan_backward_portable, BackwardConfig, BackwardKernel, BackwardPath, BackwardPlan,
+};
 pub use dkdv::flash_attention_backward_dkdv;
 pub use dq::flash_attention_backward_dq;
 pub use preprocess::flash_attention_backward_preprocess;
@@ -86,9 +90,12 @@ pub fn flash_attention_backward<R: Runtime>(
     check_types(client, problem)?;
     check_shapes(problem, &tensors)?;
     let props = client.properties();
+    // The mma path loads rows in 16-byte chunks; other views take the portable path.
+    let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v, &tensors.d_out]);
+    let plan = if chunked { plan_backward } else { plan_backward_portable };
     let launch = BackwardLaunch {
-        dkdv: plan_backward(props, problem, BackwardKernel::KeyValue)?,
-        dq: plan_backward(props, problem, BackwardKernel::Query)?,
+        dkdv: plan(props, problem, BackwardKernel::KeyValue)?,
+        dq: plan(props, problem, BackwardKernel::Query)?,
     };
     let rows = problem.heads_total() * problem.seq_q;
     let delta_shape = [problem.batch, problem.num_heads, problem.seq_q];
@@ -190,6 +197,19 @@ fn launch_all<R: Runtime, F: Float + CubeElement>(
     flash_attention_backward_preprocess::<R, F>(client, problem, o, inputs.d_out.clone(), inputs.delta.clone())
         .expect("validated above");
     let (dkdv_config, dq_config) = (launch.dkdv.config, launch.dq.config);
+    if dkdv_config.path == BackwardPath::Mma {
+        match problem.mask {
+            Some(MaskKind::U8) => {
+                mma::flash_attention_backward_dkdv_mma::<R, F, u8>(client, problem, inputs.clone(), dk, dv, dkdv_config);
+                mma::flash_attention_backward_dq_mma::<R, F, u8>(client, problem, inputs, dq, dq_config);
+            }
+            Some(MaskKind::U32) | None => {
+                mma::flash_attention_backward_dkdv_mma::<R, F, u32>(client, problem, inputs.clone(), dk, dv, dkdv_config);
+                mma::flash_attention_backward_dq_mma::<R, F, u32>(client, problem, inputs, dq, dq_config);
+            }
+        }
+        return;
+    }
     match problem.mask {
         Some(MaskKind::U8) => {
             flash_attention_backward_dkdv::<R, F, u8>(client, problem, inputs.clone(), dk, dv, dkdv_config);

@@ -6,7 +6,7 @@ use crate::error::FlashError;
 use crate::problem::AttentionProblem;
 
 /// Rows per cube, one unit per row: 4 planes of 32, 2 waves of 64, 16 lavapipe planes.
-const ROWS_PER_CUBE: u32 = 128;
+pub const ROWS_PER_CUBE: u32 = 128;
 
 /// Computes `delta[b, h, i] = Σ_c d_out[b, h, i, c] · o[b, h, i, c]` in f32.
 ///
@@ -45,7 +45,7 @@ pub fn flash_attention_backward_preprocess<R: Runtime, F: Float + CubeElement>(
 }
 
 #[cube(launch_unchecked)]
-fn flash_attention_backward_preprocess_kernel<F: Float>(
+pub fn flash_attention_backward_preprocess_kernel<F: Float>(
     o: &Tensor<F>,
     d_out: &Tensor<F>,
     delta: &mut Tensor<f32>,

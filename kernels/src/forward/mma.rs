@@ -96,7 +96,12 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 ) {
     let units = comptime!(config.units());
     let head_chunks = comptime!(config.head_dim_tile() / MMA_CHUNK);
-    let q_block = CUBE_POS_X;
+    // Causal: the last query blocks see the most keys; launching them first keeps the tail
+    // of the grid short (FA-2 does the same).
+    let mut q_block = CUBE_POS_X;
+    if comptime!(config.score.causal) {
+        q_block = reversed(CUBE_POS_X, CUBE_COUNT_X);
+    }
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q;
@@ -189,6 +194,12 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     write_row::<F>(
         o, lse, &rows.acc, &rows.bottom, batch, head, first_row + 8, lane, 1u32, seq_q, config,
     );
+}
+
+/// Position `pos` of `count`, counted from the end.
+#[cube]
+fn reversed(pos: u32, count: u32) -> u32 {
+    count - 1 - pos
 }
 
 /// One iteration of the main loop (see the module doc). `first_row` is this lane's top row

@@ -102,21 +102,24 @@ pub fn flash_attention_forward_on<R: Runtime>(
     } = plan_forward(client.properties(), problem, path)?;
     // The mma path loads rows in 16-byte chunks; views that do not allow it (a strided last
     // dimension, an odd offset) take the matrix path, which reads any strides.
-    let config = if config.path == ForwardPath::Mma && path.is_none() && !chunked(problem, &tensors)
-    {
-        let plan = plan_forward(client.properties(), problem, Some(ForwardPath::Matrix))?;
-        reason = format!(
-            "matrix path (q, k, v rows are not contiguous 16-byte chunks, which the mma path \
-             loads); {}",
-            plan.reason
-        );
-        plan.config
-    } else if config.path == ForwardPath::Mma && !chunked(problem, &tensors) {
-        return Err(FlashError::Device(
-            "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks".into(),
-        ));
-    } else {
-        config
+    let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v]);
+    let config = match (config.path, chunked, path) {
+        (ForwardPath::Mma, false, None) => {
+            let plan = plan_forward(client.properties(), problem, Some(ForwardPath::Matrix))?;
+            reason = format!(
+                "matrix path (q, k, v rows are not contiguous 16-byte chunks, which the mma path \
+                 loads); {}",
+                plan.reason
+            );
+            plan.config
+        }
+        (ForwardPath::Mma, false, Some(_)) => {
+            return Err(FlashError::Device(
+                "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks"
+                    .into(),
+            ));
+        }
+        _ => config,
     };
     let params = ScoreParamsLaunch::new(
         problem.scale as f32,
@@ -223,12 +226,13 @@ impl<R: Runtime> Launch<'_, R> {
     }
 }
 
-/// Whether q, k and v can be read in chunks of [`MMA_CHUNK`] elements: contiguous rows,
-/// every other stride and the offset multiples of a chunk.
-fn chunked<R: Runtime>(problem: &AttentionProblem, tensors: &ForwardTensors<R>) -> bool {
+/// Whether every tensor can be read in chunks of [`MMA_CHUNK`] elements (what the mma paths
+/// load): contiguous rows of a whole number of chunks, every other stride and the offset
+/// multiples of a chunk.
+pub(crate) fn chunked_rows<R: Runtime>(dtype: FloatKind, tensors: &[&TensorBinding<R>]) -> bool {
     let chunk = MMA_CHUNK as usize;
-    let chunk_bytes = (chunk * problem.dtype.size()) as u64;
-    [&tensors.q, &tensors.k, &tensors.v].into_iter().all(|t| {
+    let chunk_bytes = (chunk * dtype.size()) as u64;
+    tensors.iter().all(|t| {
         let strides = t.strides.as_ref();
         strides.len() == 4
             && strides[3] == 1

@@ -323,7 +323,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
     let start = std::time::Instant::now();
-    flash_attention_backward(&client, &problem, device.tensors()).map_err(|e| format!("{}: {e}", case.name()))?;
+    let launch = flash_attention_backward(&client, &problem, device.tensors()).map_err(|e| format!("{}: {e}", case.name()))?;
     let dq = read_float(&client, case.dtype, &device.dq);
     let dk = read_float(&client, case.dtype, &device.dk);
     let dv = read_float(&client, case.dtype, &device.dv);
@@ -331,8 +331,9 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let oracle = reference::backward(&problem, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&problem, &data.inputs(), &data.d_out, precision(case.dtype));
     println!(
-        "case {} seed {seed}: kernels {:.2?} (compile included), oracles {:.2?}",
+        "case {} seed {seed} ({:?} path): kernels {:.2?} (compile included), oracles {:.2?}",
         case.name(),
+        launch.dkdv.config.path,
         kernels,
         start.elapsed() - kernels
     );
