@@ -1,6 +1,7 @@
 //! The ONE comptime configuration of the forward kernels. Everything the kernels size or
 //! branch on at compile time is here; [`crate::heuristics`] fills it from the problem and the
 //! device. Derived sizes are methods, so the kernels and the heuristics agree on them.
+use crate::primitives::dot::DotSum;
 use crate::primitives::score::ScoreOptions;
 
 /// How the tiles are multiplied.
@@ -57,8 +58,8 @@ pub struct FlashConfig {
     pub elem_bytes: u32,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
-    /// Portable path: q·k accumulated in f64 (f32 outputs, on devices with f64 arithmetic).
-    pub f64_dot: bool,
+    /// Portable path: how q·k is summed (f64 or compensated f32 for f32 outputs).
+    pub dot: DotSum,
     pub score: ScoreOptions,
 }
 

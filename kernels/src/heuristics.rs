@@ -9,6 +9,7 @@ use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageTy
 
 use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
+use crate::primitives::dot::DotSum;
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
@@ -38,7 +39,7 @@ const MMA_PLANE_SIZE: u32 = 32;
 const MMA_MAX_DIM: u32 = 128;
 /// Planes per cube on the mma path (block_q = 16 * planes) and key/value rows per block,
 /// unless `BURN_FLASH_MMA=planes,block_kv` overrides them (a benchmarking knob).
-const MMA_PLANES: u32 = 4;
+const MMA_PLANES: u32 = 8;
 const MMA_BLOCK_KV: u32 = 64;
 
 /// The chosen configuration and why.
@@ -197,9 +198,11 @@ pub fn plan_forward(
             problem.heads_total()
         )));
     }
-    let numerics = match (config.precise_math, config.f64_dot) {
-        (true, true) => "; f32 outputs: ~1 ulp exp/ln and q·k summed in f64",
-        (true, false) => "; f32 outputs: ~1 ulp exp/ln (no f64 on this device: q·k summed in f32)",
+    let numerics = match (config.precise_math, config.dot) {
+        (true, DotSum::Wide) => "; f32 outputs: ~1 ulp exp/ln and q·k summed in f64",
+        (true, DotSum::Compensated) => {
+            "; f32 outputs: ~1 ulp exp/ln and q·k summed in compensated f32 (no f64 on this device)"
+        }
         _ => "",
     };
     let reason = format!(
@@ -244,8 +247,14 @@ fn portable_config(
         plane_size: props.hardware.plane_size_max,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
-        f64_dot: precise_math(problem.dtype)
-            && props.supports_type(ElemType::Float(IrFloatKind::F64)),
+        dot: match (
+            precise_math(problem.dtype),
+            props.supports_type(ElemType::Float(IrFloatKind::F64)),
+        ) {
+            (false, _) => DotSum::Plain,
+            (true, true) => DotSum::Wide,
+            (true, false) => DotSum::Compensated,
+        },
         score: score_options(problem),
     };
     let max_q = useful_block(problem.seq_q);
@@ -290,7 +299,7 @@ fn matrix_config(
         plane_size,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
-        f64_dot: false,
+        dot: DotSum::Plain,
         score: score_options(problem),
     };
     for block_kv in MATRIX_BLOCK_KV {
@@ -309,20 +318,18 @@ pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
         .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)
 }
 
-/// `BURN_FLASH_MMA=planes,block_kv`: a benchmarking override of the mma path's blocks.
+/// A benchmarking override of an mma path's blocks: `VAR=planes,rows` with 1..=16 planes and
+/// rows a positive multiple of 16 (anything else is ignored).
+pub(crate) fn mma_blocks_override(var: &str) -> Option<(u32, u32)> {
+    let value = std::env::var(var).ok()?;
+    let (planes, rows) = value.split_once(',')?;
+    let (planes, rows): (u32, u32) = (planes.trim().parse().ok()?, rows.trim().parse().ok()?);
+    ((1..=16).contains(&planes) && rows >= 16 && rows % 16 == 0).then_some((planes, rows))
+}
+
+/// The mma forward's (planes, block_kv): `BURN_FLASH_MMA` or the defaults.
 fn mma_blocks() -> (u32, u32) {
-    let parsed = std::env::var("BURN_FLASH_MMA").ok().and_then(|value| {
-        let (planes, block_kv) = value.split_once(',')?;
-        Some((planes.trim().parse().ok()?, block_kv.trim().parse().ok()?))
-    });
-    match parsed {
-        Some((planes, block_kv))
-            if (1..=16).contains(&planes) && block_kv >= 16 && block_kv % 16 == 0 =>
-        {
-            (planes, block_kv)
-        }
-        _ => (MMA_PLANES, MMA_BLOCK_KV),
-    }
+    mma_blocks_override("BURN_FLASH_MMA").unwrap_or((MMA_PLANES, MMA_BLOCK_KV))
 }
 
 fn mma_config(
@@ -347,7 +354,7 @@ fn mma_config(
         plane_size: MMA_PLANE_SIZE,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: false,
-        f64_dot: false,
+        dot: DotSum::Plain,
         score: score_options(problem),
     };
     if fits(props, &config) {

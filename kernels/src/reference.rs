@@ -70,7 +70,10 @@ fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<
                 .sum();
             let mut logit = prec.round(dot * p.scale);
             if let Some(cap) = p.softcap {
-                tanh[idx] = (logit / cap).tanh();
+                // Three stored intermediates, as a plain implementation keeps them: s / cap,
+                // its tanh, and cap * tanh.
+                let x = prec.round(logit / cap);
+                tanh[idx] = prec.round(x.tanh());
                 logit = prec.round(cap * tanh[idx]);
             }
             let masked = x.mask.is_some_and(|m| m[bh * sq * skv + idx])

@@ -9,7 +9,7 @@ use cubecl::ir::DeviceProperties;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::heuristics::{has_register_mma, mma_fits_registers};
+use crate::heuristics::{has_register_mma, mma_blocks_override, mma_fits_registers};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::AttentionProblem;
 
@@ -52,10 +52,16 @@ pub enum BackwardPath {
     Mma,
 }
 
-/// Rows of the outer (accumulated) block per plane on the mma path, and planes per cube.
+/// Planes per cube on the mma path (the outer, accumulated block is 16 rows per plane) and
+/// rows of the inner (streamed) block, unless `BURN_FLASH_MMA_BWD=planes,inner` overrides them
+/// (a benchmarking knob).
 const MMA_PLANES: u32 = 4;
-/// Rows of the inner (streamed) block on the mma path.
 const MMA_INNER_BLOCK: u32 = 64;
+
+/// The mma backward's (planes, inner rows): `BURN_FLASH_MMA_BWD` or the defaults.
+fn mma_blocks() -> (u32, u32) {
+    mma_blocks_override("BURN_FLASH_MMA_BWD").unwrap_or((MMA_PLANES, MMA_INNER_BLOCK))
+}
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct BackwardConfig {
@@ -221,7 +227,8 @@ pub fn plan_backward(
 ) -> Result<BackwardPlan, FlashError> {
     problem.validate()?;
     if has_register_mma(props, problem.dtype) && mma_fits_registers(problem) {
-        let (outer, inner) = (MMA_PLANES * MATRIX_TILE, MMA_INNER_BLOCK);
+        let (planes, inner) = mma_blocks();
+        let outer = planes * MATRIX_TILE;
         let (block_q, block_kv) = match kernel {
             BackwardKernel::KeyValue => (inner, outer),
             BackwardKernel::Query => (outer, inner),
@@ -233,7 +240,7 @@ pub fn plan_backward(
             block_kv,
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
-            units: MMA_PLANES * crate::primitives::mma::LANES,
+            units: planes * crate::primitives::mma::LANES,
             score: score_options(problem),
         };
         if config.fits(props) {

@@ -24,6 +24,7 @@
 //! ```
 pub mod matrix;
 pub mod mma;
+pub mod planned;
 pub mod portable;
 
 use cubecl::prelude::*;

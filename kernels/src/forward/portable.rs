@@ -241,7 +241,7 @@ fn attend_kv_block<F: Float, M: Int>(
             &tiles.k,
             k_row,
             config.head_dim,
-            config.f64_dot,
+            config.dot,
         );
         logits[t as usize] = score::<F, M>(
             dot,

@@ -7,9 +7,20 @@ use cubecl::prelude::*;
 /// outputs, which one sequential sum is not) and give the FMA pipeline independent chains.
 const DOT_PARTIALS: u32 = 4;
 
-/// `sum_d a[a_start + d] * b[b_start + d]` for `d < len`. With `wide`, in f64: the product
-/// of two f32 is exact in f64 and the sum loses nothing an f32 result could show (for f32
-/// outputs, whose rounding the f32 sum's error would otherwise approach).
+/// How a dot product is summed.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DotSum {
+    /// Four interleaved f32 sums (f16/bf16 outputs round far above their error).
+    Plain,
+    /// f64: the product of two f32 is exact in f64 and the sum loses nothing an f32 result
+    /// could show (f32 outputs on devices with f64).
+    Wide,
+    /// f32 with error-free transformations (Ogita-Rump-Oishi Dot2): as accurate as a sum in
+    /// twice the working precision (f32 outputs on devices without f64 arithmetic).
+    Compensated,
+}
+
+/// `sum_d a[a_start + d] * b[b_start + d]` for `d < len`, summed as `how` says.
 #[cube]
 pub fn row_dot(
     a: &SharedMemory<f32>,
@@ -17,13 +28,38 @@ pub fn row_dot(
     b: &SharedMemory<f32>,
     b_start: usize,
     #[comptime] len: u32,
-    #[comptime] wide: bool,
+    #[comptime] how: DotSum,
 ) -> f32 {
-    if comptime!(wide) {
-        row_dot_f64(a, a_start, b, b_start, len)
-    } else {
-        row_dot_f32(a, a_start, b, b_start, len)
+    match how {
+        DotSum::Plain => row_dot_f32(a, a_start, b, b_start, len),
+        DotSum::Wide => row_dot_f64(a, a_start, b, b_start, len),
+        DotSum::Compensated => row_dot_compensated(a, a_start, b, b_start, len),
     }
+}
+
+/// Dot2: every product split exactly into `p + e` (`e = fma(x, y, -p)`), every addition into
+/// `s + c` (TwoSum); the errors are summed aside and added once at the end.
+#[cube]
+fn row_dot_compensated(
+    a: &SharedMemory<f32>,
+    a_start: usize,
+    b: &SharedMemory<f32>,
+    b_start: usize,
+    #[comptime] len: u32,
+) -> f32 {
+    let mut sum = f32::new(0.0);
+    let mut error = f32::new(0.0);
+    for d in 0..len {
+        let (x, y) = (a[a_start + d as usize], b[b_start + d as usize]);
+        let product = x * y;
+        let product_error = fma(x, y, -product);
+        let next = sum + product;
+        let back = next - sum;
+        let sum_error = (sum - (next - back)) + (product - back);
+        sum = next;
+        error += product_error + sum_error;
+    }
+    sum + error
 }
 
 #[cube]

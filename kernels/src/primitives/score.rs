@@ -80,10 +80,20 @@ pub fn scaled_logit(dot: f32, params: &ScoreParams, #[comptime] options: ScoreOp
     if comptime!(options.has_softcap) {
         // Always the ~1 ulp tanh: WGSL's built-in has no ulp bound, and CUDA's tanhf is no
         // single instruction either.
-        params.softcap * tanh_f32(scaled / params.softcap, true)
+        params.softcap * tanh_f32(divide(scaled, params.softcap), true)
     } else {
         scaled
     }
+}
+
+/// `a / b` to about half an ulp on every device: WGSL's f32 division may be off by 2.5 ulp,
+/// which `softcap * tanh(s / softcap)` multiplies by up to `softcap / |s|` in the logit. One
+/// Newton step on the residual (exact through the FMA) corrects the quotient.
+#[cube]
+fn divide(a: f32, b: f32) -> f32 {
+    let quotient = a / b;
+    let residual = fma(-quotient, b, a);
+    fma(residual, 1.0f32 / b, quotient)
 }
 
 /// `1 - tanh^2(s / softcap)` from the capped logit `softcap * tanh(s / softcap)`; 1 without
