@@ -19,6 +19,7 @@ pub type TestRuntime = cubecl::hip::HipRuntime;
 pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
 
 mod device;
+pub mod forward;
 pub use device::*;
 
 /// Written into every output before a launch: an element the kernel forgets stays NaN, which

@@ -11,11 +11,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// The runtime the kernel tests run on: wgpu by default (lavapipe on CPU-only machines),
-/// CUDA with `--no-default-features --features cuda`.
-#[cfg(not(feature = "cuda"))]
-pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
+/// CUDA with `--no-default-features --features cuda`, HIP with `--features hip` (on a machine
+/// with ROCm and an AMD GPU: without them, touching the HIP runtime aborts the process; only
+/// `tests/hip_runtime.rs` checks first).
 #[cfg(feature = "cuda")]
 pub type TestRuntime = cubecl::cuda::CudaRuntime;
+#[cfg(all(feature = "hip", not(feature = "cuda")))]
+pub type TestRuntime = cubecl::hip::HipRuntime;
+#[cfg(not(any(feature = "cuda", feature = "hip")))]
+pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
 
 pub type Client = ComputeClient<TestRuntime>;
 
