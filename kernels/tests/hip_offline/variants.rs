@@ -1,0 +1,287 @@
+//! The kernel variants the routing selects on a client, and their HIP source.
+//!
+//! A variant is what a launch compiles: the kernel, its comptime config (which carries the
+//! score options, block sizes and dims), the element type and the mask's element type. The
+//! configs come from the real planners (`plan_forward`, `plan_backward`) on the client's
+//! properties; the cube dims are the launchers' (`CubeDim::new_1d(units)` for the portable
+//! and backward kernels, one plane per 16 query rows on the matrix path).
+use std::collections::BTreeMap;
+
+use burn_flash_attn_kernels::backward::config::{
+    BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
+};
+use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
+use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
+use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
+use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
+use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
+use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
+use burn_flash_attn_kernels::heuristics::plan_forward;
+use burn_flash_attn_kernels::primitives::score::{ScoreOptions, ScoreParamsCompilationArg};
+use burn_flash_attn_kernels::{AttentionProblem, FlashConfig, FloatKind, ForwardPath, MaskKind};
+use cubecl::ir::{AddressType, DeviceProperties};
+use cubecl::prelude::*;
+
+use super::{GFX942, HipSource, MatrixCores, OfflineHip};
+
+/// Which kernel, with its comptime config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelConfig {
+    Forward(FlashConfig),
+    /// `delta = rowsum(d_out ∘ o)`: no config.
+    Preprocess,
+    Backward(BackwardConfig),
+}
+
+/// One compiled kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub kernel: KernelConfig,
+    pub dtype: FloatKind,
+    /// The mask binding's element type: the launchers bind a u32 stand-in without a mask.
+    pub mask: MaskKind,
+}
+
+impl Variant {
+    /// Whether the variant runs on matrix cores (cmma fragments).
+    pub fn claims_matrix(&self) -> bool {
+        matches!(self.kernel, KernelConfig::Forward(c) if c.path == ForwardPath::Matrix)
+    }
+
+    /// The cube the launcher launches it with.
+    pub fn cube_dim(&self) -> CubeDim {
+        match self.kernel {
+            KernelConfig::Forward(c) if c.path == ForwardPath::Matrix => {
+                CubeDim::new_2d(c.plane_size, c.num_planes())
+            }
+            KernelConfig::Forward(c) => CubeDim::new_1d(c.units()),
+            KernelConfig::Preprocess => CubeDim::new_1d(ROWS_PER_CUBE),
+            KernelConfig::Backward(c) => CubeDim::new_1d(c.units),
+        }
+    }
+
+    /// A file-name-safe description: kernel, dtype, mask type, options, dims, blocks, units.
+    pub fn name(&self) -> String {
+        let dtype = format!("{:?}", self.dtype).to_lowercase();
+        let mask = format!("{:?}", self.mask).to_lowercase();
+        match self.kernel {
+            KernelConfig::Forward(c) => format!(
+                "fwd-{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
+                c.path.name(),
+                options_tag(c.score),
+                c.head_dim,
+                c.val_dim,
+                c.block_q,
+                c.block_kv,
+                c.units()
+            ),
+            KernelConfig::Preprocess => format!("bwd-preprocess_{dtype}_u{ROWS_PER_CUBE}"),
+            KernelConfig::Backward(c) => format!(
+                "bwd-{}{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
+                match c.kernel {
+                    BackwardKernel::KeyValue => "dkdv",
+                    BackwardKernel::Query => "dq",
+                },
+                match c.path {
+                    BackwardPath::Portable => "",
+                    BackwardPath::Mma => "-mma",
+                },
+                options_tag(c.score),
+                c.head_dim,
+                c.val_dim,
+                c.block_q,
+                c.block_kv,
+                c.units
+            ),
+        }
+    }
+}
+
+/// `plain`, or the options on: `causal-mask-bias-softcap`.
+pub fn options_tag(options: ScoreOptions) -> String {
+    let on: Vec<&str> = [
+        (options.causal, "causal"),
+        (options.has_mask, "mask"),
+        (options.has_bias, "bias"),
+        (options.has_softcap, "softcap"),
+    ]
+    .into_iter()
+    .filter_map(|(on, tag)| on.then_some(tag))
+    .collect();
+    if on.is_empty() {
+        "plain".to_string()
+    } else {
+        on.join("-")
+    }
+}
+
+/// The variants the planners pick for `problems` on `props`, each with the first reason given
+/// for it. Panics if a problem is refused: every problem of the grid must run on an MI300X.
+pub fn routed_variants(
+    props: &DeviceProperties,
+    problems: &[AttentionProblem],
+) -> BTreeMap<String, (Variant, String)> {
+    let mut variants = BTreeMap::new();
+    for problem in problems {
+        let mask = problem.mask.unwrap_or(MaskKind::U32);
+        let forward = plan_forward(props, problem, None)
+            .unwrap_or_else(|e| panic!("{problem:?} refused on gfx942: {e}"));
+        let mut add = |kernel, reason: String| {
+            let variant = Variant {
+                kernel,
+                dtype: problem.dtype,
+                mask,
+            };
+            variants.entry(variant.name()).or_insert((variant, reason));
+        };
+        add(KernelConfig::Forward(forward.config), forward.reason);
+        for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+            let plan = plan_backward(props, problem, kernel)
+                .unwrap_or_else(|e| panic!("{problem:?} backward refused on gfx942: {e}"));
+            add(KernelConfig::Backward(plan.config), plan.reason);
+        }
+        let preprocess = Variant {
+            kernel: KernelConfig::Preprocess,
+            dtype: problem.dtype,
+            mask: MaskKind::U32,
+        };
+        variants
+            .entry(preprocess.name())
+            .or_insert((preprocess, "one unit per row, always".to_string()));
+    }
+    variants
+}
+
+/// The HIP source of `variant`, compiled for gfx942 with the matrix-core compiler `M`.
+pub fn hip_source<M: MatrixCores>(
+    client: &ComputeClient<OfflineHip<M>>,
+    variant: &Variant,
+) -> Result<HipSource, String> {
+    use FloatKind::{BF16, F16, F32};
+    use MaskKind::{U8, U32};
+    match (variant.dtype, variant.mask) {
+        (F16, U8) => typed::<M, half::f16, u8>(client, variant),
+        (F16, U32) => typed::<M, half::f16, u32>(client, variant),
+        (BF16, U8) => typed::<M, half::bf16, u8>(client, variant),
+        (BF16, U32) => typed::<M, half::bf16, u32>(client, variant),
+        (F32, U8) => typed::<M, f32, u8>(client, variant),
+        (F32, U32) => typed::<M, f32, u32>(client, variant),
+    }
+}
+
+fn tensor() -> TensorCompilationArg {
+    TensorCompilationArg { inplace: None }
+}
+
+fn score_params() -> ScoreParamsCompilationArg {
+    ScoreParamsCompilationArg {
+        scale: (),
+        softcap: (),
+        seq_q: (),
+        seq_kv: (),
+    }
+}
+
+fn typed<M: MatrixCores, F: Float, K: Int>(
+    client: &ComputeClient<OfflineHip<M>>,
+    variant: &Variant,
+) -> Result<HipSource, String> {
+    type R<M> = OfflineHip<M>;
+    let client = client.clone();
+    let settings = || {
+        KernelSettings::default()
+            .cube_dim(variant.cube_dim())
+            .address_type(AddressType::U32)
+    };
+    match variant.kernel {
+        KernelConfig::Forward(config) if config.path == ForwardPath::Portable => {
+            let kernel = FlashAttentionForwardKernel::<F, K, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+        KernelConfig::Forward(config) if config.path == ForwardPath::Matrix => {
+            let kernel = FlashAttentionForwardMatrixKernel::<F, K, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+        KernelConfig::Forward(config) => Err(format!(
+            "the {} forward path has no HIP generator here",
+            config.path.name()
+        )),
+        KernelConfig::Preprocess => {
+            let kernel = FlashAttentionBackwardPreprocessKernel::<F, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+        KernelConfig::Backward(config) if config.path != BackwardPath::Portable => Err(format!(
+            "the {:?} backward path has no HIP generator here",
+            config.path
+        )),
+        KernelConfig::Backward(config) if config.kernel == BackwardKernel::KeyValue => {
+            let kernel = FlashAttentionBackwardDkdvKernel::<F, K, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                (),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+        KernelConfig::Backward(config) => {
+            let kernel = FlashAttentionBackwardDqKernel::<F, K, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                (),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+    }
+}
