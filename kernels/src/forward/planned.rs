@@ -37,7 +37,9 @@ pub fn flash_attention_forward_planned<R: Runtime>(
         && config.elem_bytes as usize == problem.dtype.size()
         && config.score == score_options(problem);
     if !for_problem {
-        return Err(FlashError::Device(format!("the plan {config:?} is not for {problem:?}")));
+        return Err(FlashError::Device(format!(
+            "the plan {config:?} is not for {problem:?}"
+        )));
     }
     let hardware = &client.properties().hardware;
     if config.shared_memory_bytes() > hardware.max_shared_memory_size

@@ -1,0 +1,283 @@
+//! Rung 4 of the HIP ladder (docs/HIP.md): the kernels as an MI300X plans them, run on the
+//! test device against the f64 reference.
+//!
+//! The planners get the test device's properties with a 64-wide plane and at most 64 KiB of
+//! shared memory (the MI300X's wave64 and LDS); the kernels then run with those plans
+//! ([`flash_attention_forward_planned`], and the backward kernels with planned configs). On a
+//! device with cmma (CUDA) the f16 / bf16 forward takes the matrix path with 64-unit "planes":
+//! two 32-wide warps compute each plane's 16 rows redundantly, which stays correct and runs the
+//! wave64 index arithmetic (4 units per row, plane `UNIT_POS_Y`, 256-unit cubes). On lavapipe
+//! (no cmma) the portable forward and the backward run with the MI300X's block sizes where its
+//! 32 KiB of shared memory allows. The register-level mma paths need 32-wide planes: a wave64
+//! plan never picks them.
+//!
+//! `cargo test -p burn-flash-attn-kernels --test wave64` (CUDA: `--no-default-features
+//! --features cuda`).
+mod backward_support;
+
+use backward_support::forward::run_forward_cases;
+use backward_support::*;
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, plan_backward};
+use burn_flash_attn_kernels::backward::{
+    GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
+    flash_attention_backward_preprocess,
+};
+use burn_flash_attn_kernels::config::MATRIX_TILE;
+use burn_flash_attn_kernels::forward::planned::flash_attention_forward_planned;
+use burn_flash_attn_kernels::forward::{ForwardLaunch, ForwardTensors};
+use burn_flash_attn_kernels::heuristics::plan_forward;
+use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+use burn_flash_attn_kernels::problem::{AttentionProblem, MaskKind};
+use burn_flash_attn_kernels::reference::{self, Precision};
+use burn_flash_attn_kernels::{FlashError, ForwardPath};
+use cubecl::ir::DeviceProperties;
+use cubecl::prelude::*;
+
+/// Units per wave on AMD CDNA (gfx942).
+const WAVE64: u32 = 64;
+/// LDS per workgroup on the MI300X.
+const MI300X_LDS_BYTES: usize = 64 * 1024;
+
+/// The test device's properties as an MI300X would present them to the planners: wave64
+/// planes, at most 64 KiB of shared memory; the device's own cmma and types.
+fn wave64(device: &DeviceProperties) -> DeviceProperties {
+    let mut props = device.clone();
+    props.hardware.plane_size_min = WAVE64;
+    props.hardware.plane_size_max = WAVE64;
+    props.hardware.max_shared_memory_size =
+        device.hardware.max_shared_memory_size.min(MI300X_LDS_BYTES);
+    props
+}
+
+/// Plans the forward as for an MI300X, checks the wave64 split, launches that plan.
+fn launch_wave64(
+    client: &ComputeClient<TestRuntime>,
+    problem: &AttentionProblem,
+    tensors: ForwardTensors<TestRuntime>,
+) -> Result<ForwardLaunch, FlashError> {
+    let plan = plan_forward(&wave64(client.properties()), problem, None)?;
+    if plan.config.path == ForwardPath::Matrix {
+        assert_eq!(plan.config.plane_size, WAVE64, "a wave64 matrix plan");
+        assert_eq!(
+            plan.config.units_per_row,
+            WAVE64 / MATRIX_TILE,
+            "4 units per query row"
+        );
+    }
+    flash_attention_forward_planned(client, problem, tensors, plan)
+}
+
+/// Runs the backward of `case` (preprocess, dK/dV, dQ) with the wave64 plans.
+fn backward(case: &Case) -> Result<(), String> {
+    let client = client();
+    if !supported(&client, case) {
+        return Ok(());
+    }
+    let p = case.problem();
+    let props = wave64(client.properties());
+    let plan =
+        |kernel| plan_backward(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.name()));
+    let (dkdv_plan, dq_plan) = (
+        plan(BackwardKernel::KeyValue)?,
+        plan(BackwardKernel::Query)?,
+    );
+    let seed = case.seed();
+    println!(
+        "case {} seed {seed}: {}; {}",
+        case.name(),
+        dkdv_plan.reason,
+        dq_plan.reason
+    );
+    let data = HostData::draw(case, seed);
+    let (o, lse) = forward_outputs(case, &data);
+    let device = DeviceCase::upload(&client, case, &data, &o, &lse);
+    let delta_shape = [p.batch, p.num_heads, p.seq_q];
+    let delta = upload(
+        &client,
+        &vec![f64::NAN; p.heads_total() * p.seq_q],
+        &delta_shape,
+        Layout::Contiguous,
+        Role::Stats,
+        |x| x as f32,
+    );
+    let inputs = GradientInputs {
+        q: device.q.binding(),
+        k: device.k.binding(),
+        v: device.v.binding(),
+        d_out: device.d_out.binding(),
+        lse: device.lse.binding(),
+        delta: delta.binding(),
+        mask: device.mask.as_ref().map(DeviceTensor::binding),
+        bias: device.bias.as_ref().map(DeviceTensor::binding),
+    };
+    launch_backward(
+        &client,
+        case,
+        &device,
+        inputs,
+        (dkdv_plan.config, dq_plan.config),
+    )?;
+    let oracle = reference::backward(&p, &data.inputs(), &data.d_out, Precision::F64);
+    let plain = reference::backward(&p, &data.inputs(), &data.d_out, precision(case.dtype));
+    for (what, tensor, plain, oracle) in [
+        ("dq", &device.dq, &plain.dq, &oracle.dq),
+        ("dk", &device.dk, &plain.dk, &oracle.dk),
+        ("dv", &device.dv, &plain.dv, &oracle.dv),
+    ] {
+        check_gradient(
+            case,
+            what,
+            &read_float(&client, case.dtype, tensor),
+            plain,
+            oracle,
+        )?;
+    }
+    Ok(())
+}
+
+type Configs = (
+    burn_flash_attn_kernels::backward::BackwardConfig,
+    burn_flash_attn_kernels::backward::BackwardConfig,
+);
+
+fn launch_backward(
+    client: &ComputeClient<TestRuntime>,
+    case: &Case,
+    device: &DeviceCase,
+    inputs: GradientInputs<TestRuntime>,
+    (dkdv, dq): Configs,
+) -> Result<(), String> {
+    let p = case.problem();
+    macro_rules! typed {
+        ($float:ty) => {{
+            flash_attention_backward_preprocess::<TestRuntime, $float>(
+                client,
+                &p,
+                device.o.binding(),
+                device.d_out.binding(),
+                inputs.delta.clone(),
+            )
+            .map_err(|e| format!("{}: {e}", case.name()))?;
+            match p.mask {
+                Some(MaskKind::U8) => {
+                    flash_attention_backward_dkdv::<TestRuntime, $float, u8>(
+                        client,
+                        &p,
+                        inputs.clone(),
+                        device.dk.binding(),
+                        device.dv.binding(),
+                        dkdv,
+                    );
+                    flash_attention_backward_dq::<TestRuntime, $float, u8>(
+                        client,
+                        &p,
+                        inputs,
+                        device.dq.binding(),
+                        dq,
+                    );
+                }
+                _ => {
+                    flash_attention_backward_dkdv::<TestRuntime, $float, u32>(
+                        client,
+                        &p,
+                        inputs.clone(),
+                        device.dk.binding(),
+                        device.dv.binding(),
+                        dkdv,
+                    );
+                    flash_attention_backward_dq::<TestRuntime, $float, u32>(
+                        client,
+                        &p,
+                        inputs,
+                        device.dq.binding(),
+                        dq,
+                    );
+                }
+            }
+        }};
+    }
+    match case.dtype {
+        F16 => typed!(half::f16),
+        BF16 => typed!(half::bf16),
+        F32 => typed!(f32),
+    }
+    Ok(())
+}
+
+fn backward_cases(cases: &[Case]) {
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| backward(case).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn forward_wave64_tails_and_head_dims() {
+    run_forward_cases(
+        &[
+            Case::new(F32, 1, 1, 32),
+            Case::new(F16, 1, 1, 32),
+            Case::new(F32, 113, 203, 64),
+            Case::new(F16, 113, 203, 64),
+            Case::new(BF16, 113, 203, 64),
+            Case::new(F16, 77, 90, 33).val_dim(80),
+            Case::new(F32, 65, 70, 256).val_dim(48),
+            Case::new(F16, 113, 77, 256),
+            Case::new(F16, 1024, 1023, 128),
+        ],
+        &launch_wave64,
+    );
+}
+
+#[test]
+fn forward_wave64_causal_mask_bias_softcap() {
+    run_forward_cases(
+        &[
+            Case::new(F16, 203, 113, 64).causal(),
+            Case::new(F32, 113, 203, 64).causal(),
+            Case::new(BF16, 128, 1023, 128).causal(),
+            Case::new(F16, 113, 203, 64).mask(MaskPattern::RandomWithMaskedRows),
+            Case::new(F16, 203, 113, 64)
+                .causal()
+                .mask(MaskPattern::Random)
+                .bias()
+                .softcap(2.0),
+            Case::new(F32, 77, 203, 33)
+                .val_dim(80)
+                .causal()
+                .mask(MaskPattern::RandomWithMaskedRows)
+                .bias()
+                .softcap(2.0),
+            Case::new(F16, 113, 203, 96).heads(2, 2).transposed(),
+            Case::new(F16, 203, 113, 64)
+                .causal()
+                .mask_u8(MaskPattern::Random)
+                .bias(),
+        ],
+        &launch_wave64,
+    );
+}
+
+#[test]
+fn backward_wave64_shapes_and_options() {
+    backward_cases(&[
+        Case::new(F32, 1, 1, 64),
+        Case::new(F32, 113, 203, 64).causal(),
+        Case::new(F32, 203, 113, 64).causal(),
+        Case::new(F16, 128, 217, 128),
+        Case::new(F32, 65, 70, 256).causal(),
+        Case::new(F32, 37, 29, 31)
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias(),
+        Case::new(F16, 45, 58, 24).softcap(5.0).scale(0.7).causal(),
+        Case::new(BF16, 65, 33, 80).val_dim(40).causal(),
+        Case::new(F32, 33, 47, 32).heads(2, 3).transposed(),
+    ]);
+}
