@@ -13,6 +13,33 @@ pub type Runtime = cubecl::cuda::CudaRuntime;
 #[cfg(all(feature = "rocm", not(any(feature = "wgpu", feature = "cuda"))))]
 pub type Runtime = cubecl::hip::HipRuntime;
 
+/// Why the runtime cannot be touched here, if it cannot: HIP needs ROCm and an AMD GPU, and
+/// touching `HipRuntime` without them aborts the process. WGPU and CUDA always answer `None`.
+pub fn device_unavailable() -> Option<String> {
+    #[cfg(all(feature = "rocm", not(any(feature = "wgpu", feature = "cuda"))))]
+    {
+        if !cubecl_hip_sys::is_available() {
+            return Some("the HIP libraries (libamdhip64, libhiprtc) cannot be loaded".to_string());
+        }
+        let mut devices = 0;
+        // SAFETY: the HIP library is loaded (checked above); `devices` outlives the call.
+        let status = unsafe { cubecl_hip_sys::hipGetDeviceCount(&mut devices) };
+        if status != cubecl_hip_sys::HIP_SUCCESS || devices == 0 {
+            return Some(format!("ROCm reports no AMD GPU (status {status})"));
+        }
+    }
+    None
+}
+
+/// Whether `test` must be skipped for want of a device (the reason is printed).
+pub fn skip_without_device(test: &str) -> bool {
+    let reason = device_unavailable();
+    if let Some(reason) = &reason {
+        println!("SKIPPED {test}: {reason}");
+    }
+    reason.is_some()
+}
+
 /// The plain CubeCL backend, f32.
 pub type Cube = CubeBackend<Runtime, f32, i32, u32>;
 /// What Burn users run: the fused backend.

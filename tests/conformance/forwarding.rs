@@ -7,7 +7,9 @@ use burn::tensor::{
     quantization::QuantScheme,
 };
 
-use crate::common::{FlashInner, FlashTrain, Inner, Train, device, float, random_data};
+use crate::common::{
+    FlashInner, FlashTrain, Inner, Train, device, float, random_data, skip_without_device,
+};
 
 /// Runs the same sample of ops on backend `B`; every result read back as `TensorData`.
 fn sample_ops<B: Backend>(x: &TensorData, y: &TensorData) -> Vec<(&'static str, TensorData)> {
@@ -53,6 +55,9 @@ fn sample_ops<B: Backend>(x: &TensorData, y: &TensorData) -> Vec<(&'static str, 
 
 #[test]
 fn every_op_trait_forwards_bit_identically() {
+    if skip_without_device("every_op_trait_forwards_bit_identically") {
+        return;
+    }
     let (x, y) = (random_data([2, 3, 5, 8], 11), random_data([2, 3, 5, 8], 12));
     let plain = sample_ops::<Inner>(&x, &y);
     let flash = sample_ops::<FlashInner>(&x, &y);
@@ -81,6 +86,9 @@ fn autodiff_flags<B: AutodiffBackend>(x: &TensorData) -> (bool, bool, bool, bool
 
 #[test]
 fn autodiff_flags_behave_as_on_autodiff() {
+    if skip_without_device("autodiff_flags_behave_as_on_autodiff") {
+        return;
+    }
     let x = random_data([1, 2, 3, 4], 13);
     let want = autodiff_flags::<Train>(&x);
     let got = autodiff_flags::<FlashTrain>(&x);

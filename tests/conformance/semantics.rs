@@ -16,7 +16,8 @@ use burn_flash_attn::kernels::{
 use serial_test::serial;
 
 use crate::common::{
-    Cube, FlashInner, FlashTrain, Inner, Train, bool4, float, random_data, random_mask, to_f64,
+    Cube, FlashInner, FlashTrain, Inner, Train, bool4, float, random_data, random_mask,
+    skip_without_device, to_f64,
 };
 use burn_autodiff::{Autodiff, checkpoint::strategy::BalancedCheckpointing};
 use burn_flash_attn::Flash;
@@ -168,6 +169,9 @@ fn assert_zero_rows(name: &str, values: &[f64], rows: &[usize], width: usize) {
 #[test]
 #[serial]
 fn forward_matches_fallback_semantics() {
+    if skip_without_device("forward_matches_fallback_semantics") {
+        return;
+    }
     for (index, case) in cases().iter().enumerate() {
         let data = case.data(100 * index as u64);
         let (want, _) = case.reference(&data);
@@ -205,6 +209,9 @@ fn gradients<B: burn::tensor::backend::AutodiffBackend>(case: &Case, data: &Data
 #[test]
 #[serial]
 fn gradients_match_autodiff_semantics() {
+    if skip_without_device("gradients_match_autodiff_semantics") {
+        return;
+    }
     for (index, case) in cases().iter().enumerate() {
         let data = case.data(100 * index as u64 + 50);
         let (_, want) = case.reference(&data);
@@ -227,6 +234,9 @@ fn gradients_match_autodiff_semantics() {
 #[test]
 #[serial]
 fn gradients_with_balanced_checkpointing_match() {
+    if skip_without_device("gradients_with_balanced_checkpointing_match") {
+        return;
+    }
     let case = Case { name: "checkpointed_all_options", options: AttentionModuleOptions { scale: Some(0.7), softcap: Some(2.5), is_causal: true }, mask: true, bias: true, ..Q13_KV21 };
     let data = case.data(77);
     let plain = gradients::<FlashTrain>(&case, &data);
@@ -239,6 +249,9 @@ fn gradients_with_balanced_checkpointing_match() {
 #[test]
 #[serial]
 fn bias_that_requires_grad_falls_back_with_reason() {
+    if skip_without_device("bias_that_requires_grad_falls_back_with_reason") {
+        return;
+    }
     let case = Case { name: "bias_requires_grad", bias: true, ..Q13_KV21 };
     let data = case.data(7);
     let bias = float::<FlashTrain, 4>(data.bias.as_ref().unwrap()).require_grad();
