@@ -3,7 +3,9 @@
 # here, stripped and gzipped into .carry/bin/ (see benches/device/pack.sh), the anchors copied to
 # .carry/anchors/. Every step writes its full output under $OUT and prints a short tail.
 #
-#   benches/device/run.sh STEP...    STEP: ktests | conformance | speed | quick | memory | anchors
+#   benches/device/run.sh STEP...    STEP: ktests | conformance | speed | quick | memory | anchors | tune
+# tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
+# mma forward (BURN_FLASH_MMA=planes,block_kv) and backward (BURN_FLASH_MMA_BWD=planes,inner).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=/tmp/flash-bin
@@ -35,6 +37,15 @@ for s in "$@"; do
     speed) step speed "$BIN/attention" speed ;;
     memory) step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
+    tune)
+      for cfg in ${TUNE_FWD:-8,64 8,32 16,64}; do
+        BURN_FLASH_MMA=$cfg step "tune-fwd-$cfg" "$BIN/attention" speed --bar --flash-only --fwd-only
+        sed "s/^/$cfg,/" "$OUT/tune-fwd-$cfg.log" | grep -v impl
+      done
+      for cfg in ${TUNE_BWD:-4,64 4,32 8,64}; do
+        BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-$cfg" "$BIN/attention" speed --bar --flash-only
+        sed "s/^/$cfg,/" "$OUT/tune-bwd-$cfg.log" | grep "fwd+bwd"
+      done ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -38,7 +38,11 @@ const MMA_PLANE_SIZE: u32 = 32;
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;
 /// Planes per cube on the mma path (block_q = 16 * planes) and key/value rows per block,
-/// unless `BURN_FLASH_MMA=planes,block_kv` overrides them (a benchmarking knob).
+/// unless `BURN_FLASH_MMA=planes,block_kv` overrides them (a benchmarking knob). Measured on
+/// the H200 (bf16, benches/RESULTS.md 2026-11-30): 8 x 64 beat 4 x 64, 2 x 64, 4 x 128, 8 x 128
+/// and 4 x 32 at both bar shapes before the fast exp; after it, 8 x 32 was faster at head_dim
+/// 64 (146 vs 122 TFLOP/s) and 16 x 64 spilled at head_dim 128 (34 TFLOP/s). The H200
+/// correctness suites ran with 4 x 64; the mma kernels are generic in both numbers.
 const MMA_PLANES: u32 = 8;
 const MMA_BLOCK_KV: u32 = 64;
 

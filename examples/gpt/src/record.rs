@@ -58,6 +58,8 @@ impl CsvWriter {
         }
         let mut out = BufWriter::new(File::create(path).map_err(io)?);
         writeln!(out, "{HEADER}").map_err(io)?;
+        // On disk at once: a run cut before its first step still shows it started.
+        out.flush().map_err(io)?;
         Ok(Self { path: path.into(), out })
     }
 
