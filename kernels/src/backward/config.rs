@@ -30,8 +30,10 @@ const ENTRIES_PER_UNIT_FOR_LARGE: u32 = 8;
 const SUM_GROUP: u32 = 4;
 /// Register budget of the accumulators of one unit (f32 values, the sums and their Kahan
 /// compensations): beyond this the compilers spill to local memory, which costs more
-/// than smaller blocks.
-const MAX_ACCUMULATORS_PER_UNIT: u32 = 128;
+/// than smaller blocks. At 128, 26 of the 516 portable dK/dV and dQ variants compiled for
+/// gfx942 spilled VGPRs (up to 178, with 256 VGPRs and 256 AGPRs in use); at 64 none does
+/// (`scripts/hip_offline_check.sh`, docs/HIP.md).
+const MAX_ACCUMULATORS_PER_UNIT: u32 = 64;
 
 /// Which gradient kernel a configuration is for: they hold different tiles and accumulators.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
