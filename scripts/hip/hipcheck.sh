@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Offline compile of one HIP source (as cubecl-cpp's HIP dialect writes it) for an AMD GPU, the
+# way hiprtc compiles it at run time (-std=c++17 -O3), with clang-19 and the headers and device
+# libraries of setup-offline-toolchain.sh. Prints one line of key=value fields:
+#   file=F status=ok sgpr= vgpr= agpr= scratch= occupancy= sgpr_spill= vgpr_spill= mfma=N:instr,...
+#   file=F status=fail error="first error"
+# Exits 1 when the compile fails. ROCM=DIR (the toolchain), EXTRA_FLAGS (e.g. -I for rocWMMA).
+# Origin: shared/hip/hipcheck.sh (the ladder in docs/HIP.md).
+set -euo pipefail
+SRC=$1
+ARCH=${2:-gfx942}
+ROCM=${ROCM:?set ROCM to the directory of setup-offline-toolchain.sh}
+OUT=${SRC%.hip}.$ARCH.hsaco
+LOG=$OUT.log
+name=$(basename "$SRC")
+# shellcheck disable=SC2086 # EXTRA_FLAGS is a list of flags
+if ! clang-19 -x hip --offload-arch="$ARCH" --cuda-device-only --no-gpu-bundle-output \
+  --rocm-path="$ROCM" --hip-path="$ROCM" -std=c++17 -O3 ${EXTRA_FLAGS:-} \
+  -Rpass-analysis=kernel-resource-usage "$SRC" -o "$OUT" 2>"$LOG"; then
+  error=$(grep -m1 "error:" "$LOG" | sed -E 's/^[^:]*:[0-9]+:[0-9]+: //; s/"/'"'"'/g' || true)
+  echo "file=$name status=fail error=\"$error\""
+  exit 1
+fi
+# "<file>:L:C: remark:     VGPRs: 104 [-Rpass-analysis=...]" -> vgpr=104
+fields=$(sed -nE 's/.*remark: +(SGPRs|VGPRs|AGPRs|ScratchSize \[bytes\/lane\]|Occupancy \[waves\/SIMD\]|SGPRs Spill|VGPRs Spill): ([0-9]+).*/\1=\2/p' "$LOG" |
+  sed -E 's/^SGPRs Spill=/sgpr_spill=/; s/^VGPRs Spill=/vgpr_spill=/; s/^SGPRs=/sgpr=/; s/^VGPRs=/vgpr=/; s/^AGPRs=/agpr=/;
+          s/^ScratchSize \[bytes\/lane\]=/scratch=/; s/^Occupancy \[waves\/SIMD\]=/occupancy=/' | paste -sd' ' -)
+mfma=$(llvm-objdump-19 -d --mcpu="$ARCH" "$OUT" | { grep -oE "v_mfma_[a-z0-9_]+|v_wmma_[a-z0-9_]+" || true; } |
+  sort | uniq -c | awk '{printf "%s%s:%s", sep, $1, $2; sep=","}')
+echo "file=$name status=ok $fields mfma=${mfma:-none}"
