@@ -1,14 +1,16 @@
 //! The f64 CPU oracle: a naive attention that materializes S and P and uses a two-pass softmax
 //! (max, then sum), so it shares none of the kernels' algorithm (no online softmax, no tiling).
 //!
-//! The same code, with every stored intermediate rounded to a lower precision, is the "plain
-//! same-precision implementation" of the FlashAttention tolerance rule (see [`Precision`]).
+//! The same code run in a lower precision is the "plain same-precision implementation" of the
+//! FlashAttention tolerance rule (see [`Precision`]): what a naive f32 / f16 / bf16 attention
+//! computes, stored intermediates rounded to the dtype, arithmetic and sums in f32.
 //! All tensors are contiguous row-major, shapes as in [`crate::problem`].
 use crate::problem::AttentionProblem;
 
-/// How the intermediates of the naive implementation are stored: `F64` is the oracle; `F32`,
-/// `F16`, `BF16` are the plain implementations the kernels' error is compared with (inputs,
-/// S, P and the outputs rounded to that type; sums accumulated in f32 or better).
+/// How the naive implementation computes: `F64` is the oracle (everything in f64); `F32`, `F16`,
+/// `BF16` are the plain implementations the kernels' error is compared with: inputs, S, P and
+/// the outputs stored in that type; scale, exp, ln and every sum in f32, sums accumulated
+/// sequentially with exact products (an FMA per term), as matrix units and plain f32 code do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
     F64,
@@ -18,6 +20,36 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// `x` rounded to the arithmetic type: f64 for the oracle, f32 for the plain versions.
+    pub fn arith(self, x: f64) -> f64 {
+        match self {
+            Precision::F64 => x,
+            _ => x as f32 as f64,
+        }
+    }
+
+    /// A sum accumulated term by term in the arithmetic type (products passed in exactly).
+    pub fn sum(self, terms: impl Iterator<Item = f64>) -> f64 {
+        terms.fold(0.0, |acc, term| self.arith(acc + term))
+    }
+
+    /// `exp(x)` in the arithmetic type.
+    fn exp(self, x: f64) -> f64 {
+        match self {
+            Precision::F64 => x.exp(),
+            _ => (x as f32).exp() as f64,
+        }
+    }
+
+    /// `ln(x)` in the arithmetic type.
+    fn ln(self, x: f64) -> f64 {
+        match self {
+            Precision::F64 => x.ln(),
+            _ => (x as f32).ln() as f64,
+        }
+    }
+
+    /// `x` rounded to the storage type.
     pub fn round(self, x: f64) -> f64 {
         match self {
             Precision::F64 => x,
@@ -65,16 +97,14 @@ fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<
     for i in 0..sq {
         for j in 0..skv {
             let idx = i * skv + j;
-            let dot: f64 = (0..d)
-                .map(|c| x.q[(bh * sq + i) * d + c] * x.k[(bh * skv + j) * d + c])
-                .sum();
-            let mut logit = prec.round(dot * p.scale);
+            let dot = prec.sum((0..d).map(|c| x.q[(bh * sq + i) * d + c] * x.k[(bh * skv + j) * d + c]));
+            let mut logit = prec.round(prec.arith(dot * prec.arith(p.scale)));
             if let Some(cap) = p.softcap {
                 // Three stored intermediates, as a plain implementation keeps them: s / cap,
                 // its tanh, and cap * tanh.
-                let x = prec.round(logit / cap);
-                tanh[idx] = prec.round(x.tanh());
-                logit = prec.round(cap * tanh[idx]);
+                let x = prec.round(prec.arith(logit / prec.arith(cap)));
+                tanh[idx] = prec.round(prec.arith(x.tanh()));
+                logit = prec.round(prec.arith(prec.arith(cap) * tanh[idx]));
             }
             let masked = x.mask.is_some_and(|m| m[bh * sq * skv + idx])
                 || (p.causal && j >= p.causal_end(i));
@@ -94,9 +124,10 @@ fn softmax_row(row: &[Option<f64>], prec: Precision) -> (Vec<f64>, f64) {
     if max == f64::NEG_INFINITY {
         return (vec![0.0; row.len()], f64::INFINITY);
     }
-    let sum: f64 = row.iter().flatten().map(|s| (s - max).exp()).sum();
-    let p = row.iter().map(|s| s.map_or(0.0, |s| prec.round((s - max).exp() / sum))).collect();
-    (p, max + sum.ln())
+    let exp = |s: f64| prec.exp(prec.arith(s - max));
+    let sum = prec.sum(row.iter().flatten().map(|&s| exp(s)));
+    let p = row.iter().map(|s| s.map_or(0.0, |s| prec.round(prec.arith(exp(s) / sum)))).collect();
+    (p, prec.arith(max + prec.ln(sum)))
 }
 
 pub fn forward(p: &AttentionProblem, x: &Inputs, prec: Precision) -> Forward {
@@ -109,7 +140,7 @@ pub fn forward(p: &AttentionProblem, x: &Inputs, prec: Precision) -> Forward {
             let (prob, row_lse) = softmax_row(&s[i * skv..(i + 1) * skv], prec);
             lse[bh * sq + i] = row_lse;
             for c in 0..dv {
-                let acc: f64 = (0..skv).map(|j| prob[j] * x.v[(bh * skv + j) * dv + c]).sum();
+                let acc = prec.sum((0..skv).map(|j| prob[j] * x.v[(bh * skv + j) * dv + c]));
                 o[(bh * sq + i) * dv + c] = prec.round(acc);
             }
         }
@@ -130,22 +161,24 @@ pub fn backward(p: &AttentionProblem, x: &Inputs, d_out: &[f64], prec: Precision
         for i in 0..sq {
             let row = bh * sq + i;
             let (prob, _) = softmax_row(&s[i * skv..(i + 1) * skv], prec);
-            delta[row] = (0..dv).map(|c| d_out[row * dv + c] * fwd.o[row * dv + c]).sum();
+            delta[row] = prec.sum((0..dv).map(|c| d_out[row * dv + c] * fwd.o[row * dv + c]));
             for j in 0..skv {
                 let kv_row = bh * skv + j;
-                let dp: f64 = (0..dv).map(|c| d_out[row * dv + c] * x.v[kv_row * dv + c]).sum();
+                let dp = prec.sum((0..dv).map(|c| d_out[row * dv + c] * x.v[kv_row * dv + c]));
                 for c in 0..dv {
-                    dvv[kv_row * dv + c] += prob[j] * d_out[row * dv + c];
+                    let at = kv_row * dv + c;
+                    dvv[at] = prec.arith(dvv[at] + prob[j] * d_out[row * dv + c]);
                 }
-                let mut ds = prob[j] * (dp - delta[row]);
+                let mut ds = prec.arith(prob[j] * prec.arith(dp - delta[row]));
                 if p.softcap.is_some() {
                     let t = tanh[i * skv + j];
-                    ds *= 1.0 - t * t;
+                    ds = prec.arith(ds * prec.arith(1.0 - t * t));
                 }
-                let ds = prec.round(ds) * p.scale;
+                let ds = prec.arith(prec.round(ds) * prec.arith(p.scale));
                 for c in 0..d {
-                    dq[row * d + c] += ds * x.k[kv_row * d + c];
-                    dk[kv_row * d + c] += ds * x.q[row * d + c];
+                    let (q_at, k_at) = (row * d + c, kv_row * d + c);
+                    dq[q_at] = prec.arith(dq[q_at] + ds * x.k[k_at]);
+                    dk[k_at] = prec.arith(dk[k_at] + ds * x.q[q_at]);
                 }
             }
         }

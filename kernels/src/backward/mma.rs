@@ -24,9 +24,8 @@ use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::kv_block_range;
 use crate::primitives::mma::{
-    ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulators_as_a, chunk_tile, chunk_view,
-    fetch_rows, lane, load_a, load_b_by_cols, load_b_by_rows, mma_tile_pair, staging, store_rows,
-    zero_accumulators,
+    ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_tile, chunk_view,
+    fetch_rows, lane, product_with_rows, staging, store_rows, zero_accumulators,
 };
 use crate::primitives::precise_math::exp_f32;
 use crate::primitives::score::{
@@ -313,26 +312,10 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     let head_steps = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
     let val_steps = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
     // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
-    let mut st = zero_accumulators(q_tiles);
-    #[unroll]
-    for kk in 0..head_steps {
-        let a = load_a::<F, N>(&tiles.k, plane_row, config.mma_head_stride(), kk);
-        #[unroll]
-        for jj in 0..comptime!(q_tiles / 2) {
-            let b = load_b_by_rows::<F, N>(&tiles.q, jj * 16, config.mma_head_stride(), kk);
-            mma_tile_pair::<F>(&a, &b, &mut st, jj);
-        }
-    }
-    let mut dpt = zero_accumulators(q_tiles);
-    #[unroll]
-    for kk in 0..val_steps {
-        let a = load_a::<F, N>(&tiles.v, plane_row, config.mma_val_stride(), kk);
-        #[unroll]
-        for jj in 0..comptime!(q_tiles / 2) {
-            let b = load_b_by_rows::<F, N>(&tiles.d_out, jj * 16, config.mma_val_stride(), kk);
-            mma_tile_pair::<F>(&a, &b, &mut dpt, jj);
-        }
-    }
+    let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
+    let mut st = product_with_rows::<F, N>(&tiles.k, plane_row, &tiles.q, hs, head_steps, q_tiles);
+    let mut dpt =
+        product_with_rows::<F, N>(&tiles.v, plane_row, &tiles.d_out, vs, val_steps, q_tiles);
     // P^T into st, dS^T into dpt. Entry (key row, query column): score(row = query, col = key).
     #[unroll]
     for j in 0..q_tiles {
@@ -357,21 +340,8 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
         }
     }
     // dV += P^T dO, dK += dS^T Q: k runs over the block's query rows.
-    #[unroll]
-    for kk in 0..comptime!(q_tiles / 2) {
-        let p = accumulators_as_a::<F>(&st, kk);
-        #[unroll]
-        for jj in 0..comptime!(val_steps) {
-            let b = load_b_by_cols::<F, N>(&tiles.d_out, kk * 16, config.mma_val_stride(), jj);
-            mma_tile_pair::<F>(&p, &b, dv_acc, jj);
-        }
-        let ds = accumulators_as_a::<F>(&dpt, kk);
-        #[unroll]
-        for jj in 0..comptime!(head_steps) {
-            let b = load_b_by_cols::<F, N>(&tiles.q, kk * 16, config.mma_head_stride(), jj);
-            mma_tile_pair::<F>(&ds, &b, dk_acc, jj);
-        }
-    }
+    accumulate_product::<F, N>(&st, &tiles.d_out, vs, q_tiles, val_steps, dv_acc);
+    accumulate_product::<F, N>(&dpt, &tiles.q, hs, q_tiles, head_steps, dk_acc);
 }
 
 #[cube(launch_unchecked)]
@@ -481,26 +451,9 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     let head_steps = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
     let val_steps = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
     // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
-    let mut s = zero_accumulators(kv_tiles);
-    #[unroll]
-    for kk in 0..head_steps {
-        let a = load_a::<F, N>(&tiles.q, plane_row, config.mma_head_stride(), kk);
-        #[unroll]
-        for jj in 0..comptime!(kv_tiles / 2) {
-            let b = load_b_by_rows::<F, N>(&tiles.k, jj * 16, config.mma_head_stride(), kk);
-            mma_tile_pair::<F>(&a, &b, &mut s, jj);
-        }
-    }
-    let mut dp = zero_accumulators(kv_tiles);
-    #[unroll]
-    for kk in 0..val_steps {
-        let a = load_a::<F, N>(&tiles.d_out, plane_row, config.mma_val_stride(), kk);
-        #[unroll]
-        for jj in 0..comptime!(kv_tiles / 2) {
-            let b = load_b_by_rows::<F, N>(&tiles.v, jj * 16, config.mma_val_stride(), kk);
-            mma_tile_pair::<F>(&a, &b, &mut dp, jj);
-        }
-    }
+    let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
+    let s = product_with_rows::<F, N>(&tiles.q, plane_row, &tiles.k, hs, head_steps, kv_tiles);
+    let mut dp = product_with_rows::<F, N>(&tiles.d_out, plane_row, &tiles.v, vs, val_steps, kv_tiles);
     // dS into dp.
     #[unroll]
     for j in 0..kv_tiles {
@@ -527,15 +480,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
         }
     }
     // dQ += dS K: k runs over the block's keys.
-    #[unroll]
-    for kk in 0..comptime!(kv_tiles / 2) {
-        let ds = accumulators_as_a::<F>(&dp, kk);
-        #[unroll]
-        for jj in 0..head_steps {
-            let b = load_b_by_cols::<F, N>(&tiles.k, kk * 16, config.mma_head_stride(), jj);
-            mma_tile_pair::<F>(&ds, &b, dq_acc, jj);
-        }
-    }
+    accumulate_product::<F, N>(&dp, &tiles.k, hs, kv_tiles, head_steps, dq_acc);
 }
 
 /// Writes this lane's two rows (`row`, `row + 8`) of a gradient accumulated as `dim / 8`

@@ -22,9 +22,9 @@ use cubecl::prelude::*;
 use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
 use crate::primitives::mma::{
-    A_REGS, ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulators_as_a, chunk_tile,
-    chunk_view, fetch_rows, lane, load_a, load_b_by_cols, load_b_by_rows, mma_tile_pair,
-    quad_max, quad_sum, staging, store_rows, zero_accumulators,
+    A_REGS, ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_tile,
+    chunk_view, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair, quad_max, quad_sum,
+    staging, store_rows, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -310,15 +310,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     }
 
     // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
-    #[unroll]
-    for kk in 0..comptime!(kv_tiles / 2) {
-        let p = accumulators_as_a::<F>(&s, kk);
-        #[unroll]
-        for jj in 0..comptime!(val_tiles / 2) {
-            let b = load_b_by_cols::<F, N>(&tiles.v, kk * 16, config.mma_val_stride(), jj);
-            mma_tile_pair::<F>(&p, &b, &mut rows.acc, jj);
-        }
-    }
+    accumulate_product::<F, N>(&s, &tiles.v, config.mma_val_stride(), kv_tiles, comptime!(val_tiles / 2), &mut rows.acc);
 
     // Every plane is done reading this block's K and V before the next block overwrites them.
     sync_cube();

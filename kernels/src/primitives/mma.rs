@@ -80,8 +80,26 @@ pub fn accumulators_as_a<F: Float>(acc: &Array<Pair<f32>>, #[comptime] kk: u32) 
     a
 }
 
+/// `ldmatrix.x4` from a chunked tile: every lane gives the chunk `at` its 16-byte row starts
+/// at; the four 8x8 matrices land in the four registers of the result.
+#[cube]
+fn ldmatrix_x4<F: Float, N: Size>(
+    tile: &SharedMemory<Vector<F, N>>,
+    at: u32,
+    #[comptime] ident: MatrixIdent,
+    #[comptime] transpose: bool,
+) -> Array<Pair<F>> {
+    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
+        &tile.slice(at as usize, at as usize + 1),
+        ident,
+        4usize,
+        transpose,
+    )
+}
+
 /// The A fragment of rows `[first_row, first_row + 16)`, columns `[16 kk, 16 kk + 16)` of a
-/// row-major tile (`ldmatrix.x4`).
+/// row-major tile: lanes 0-15 address rows 0-15 at chunk 2kk, lanes 16-31 the same rows at
+/// chunk 2kk + 1.
 #[cube]
 pub fn load_a<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
@@ -90,19 +108,13 @@ pub fn load_a<F: Float, N: Size>(
     #[comptime] kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    // Lanes 0-15 address rows 0-15 at chunk 2kk, lanes 16-31 the same rows at chunk 2kk + 1.
     let at = (first_row + lane % 16) * stride + kk * 2 + lane / 16;
-    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
-        &tile.slice(at as usize, at as usize + 1),
-        MatrixIdent::A,
-        4usize,
-        false,
-    )
+    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::A, false)
 }
 
 /// The B fragments of two accumulator tiles whose n index runs along the tile's rows: B(k, n) =
 /// tile[first_row + n][16 kk + k], for n in `[0, 16)` (tiles `[0..2)` and `[2..4)` of the
-/// result: rows `[first_row, +8)` and `[first_row + 8, +16)`). `ldmatrix.x4`, not transposed.
+/// result: rows `[first_row, +8)` and `[first_row + 8, +16)`). Not transposed.
 #[cube]
 pub fn load_b_by_rows<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
@@ -112,18 +124,12 @@ pub fn load_b_by_rows<F: Float, N: Size>(
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let row = first_row + lane % 8 + (lane / 16) * 8;
-    let at = row * stride + kk * 2 + (lane / 8) % 2;
-    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
-        &tile.slice(at as usize, at as usize + 1),
-        MatrixIdent::B,
-        4usize,
-        false,
-    )
+    ldmatrix_x4::<F, N>(tile, row * stride + kk * 2 + (lane / 8) % 2, MatrixIdent::B, false)
 }
 
 /// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
 /// tile[first_row + k][16 jj + n], k in `[0, 16)`, n in `[0, 16)` (tiles `[0..2)`: columns
-/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). `ldmatrix.x4.trans`.
+/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). Transposed.
 #[cube]
 pub fn load_b_by_cols<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
@@ -133,12 +139,55 @@ pub fn load_b_by_cols<F: Float, N: Size>(
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let at = (first_row + lane % 16) * stride + jj * 2 + lane / 16;
-    mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
-        &tile.slice(at as usize, at as usize + 1),
-        MatrixIdent::B,
-        4usize,
-        true,
-    )
+    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
+}
+
+/// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows `[0, 8 n_tiles)`
+/// of `b`, both row-major tiles of `stride` chunks, over `k_steps` 16-column steps: `n_tiles`
+/// accumulator tiles (S = Q K^T, dP = dO V^T and their transposes).
+#[cube]
+pub fn product_with_rows<F: Float, N: Size>(
+    a: &SharedMemory<Vector<F, N>>,
+    a_row: u32,
+    b: &SharedMemory<Vector<F, N>>,
+    #[comptime] stride: u32,
+    #[comptime] k_steps: u32,
+    #[comptime] n_tiles: u32,
+) -> Array<Pair<f32>> {
+    let mut acc = zero_accumulators(n_tiles);
+    #[unroll]
+    for kk in 0..k_steps {
+        let fragment = load_a::<F, N>(a, a_row, stride, kk);
+        #[unroll]
+        for jj in 0..comptime!(n_tiles / 2) {
+            let b_fragments = load_b_by_rows::<F, N>(b, jj * 16, stride, kk);
+            mma_tile_pair::<F>(&fragment, &b_fragments, &mut acc, jj);
+        }
+    }
+    acc
+}
+
+/// `acc += X B` where X is the accumulator array `x` (16 rows, `8 k_tiles` columns, cast to F
+/// as A fragments) and B rows `[0, 8 k_tiles)` of a row-major tile of `stride` chunks, over
+/// `n_steps` 16-column steps of B (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K).
+#[cube]
+pub fn accumulate_product<F: Float, N: Size>(
+    x: &Array<Pair<f32>>,
+    b: &SharedMemory<Vector<F, N>>,
+    #[comptime] stride: u32,
+    #[comptime] k_tiles: u32,
+    #[comptime] n_steps: u32,
+    acc: &mut Array<Pair<f32>>,
+) {
+    #[unroll]
+    for kk in 0..comptime!(k_tiles / 2) {
+        let fragment = accumulators_as_a::<F>(x, kk);
+        #[unroll]
+        for jj in 0..n_steps {
+            let b_fragments = load_b_by_cols::<F, N>(b, kk * 16, stride, jj);
+            mma_tile_pair::<F>(&fragment, &b_fragments, acc, jj);
+        }
+    }
 }
 
 /// `acc tile += a * b[b_first..b_first + 2]` on accumulator tile `tile`.
