@@ -16,10 +16,10 @@ done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 export PYTHONUNBUFFERED=1
 
-step() {  # step NAME COMMAND...: runs COMMAND, full log under $OUT, the last lines printed
+step() {  # step NAME COMMAND...: runs COMMAND (cut after STEP_TIMEOUT s), full log under $OUT
   local name=$1; shift
   local start=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-240}" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "== $name: exit $rc, $((SECONDS - start)) s"
   grep -E "^test result|FAILED|panicked|error" "$OUT/$name.log" | head -20
@@ -29,7 +29,7 @@ step() {  # step NAME COMMAND...: runs COMMAND, full log under $OUT, the last li
 for s in "$@"; do
   case $s in
     ktests)
-      for t in forward backward heuristics matrix_codegen; do
+      for t in forward backward wave64 heuristics matrix_codegen mma_codegen; do
         [ -x "$BIN/$t" ] && step "kernels-$t" "$BIN/$t" --test-threads=4
       done ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
@@ -39,12 +39,12 @@ for s in "$@"; do
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     tune)
       for cfg in ${TUNE_FWD:-8,64 8,32 16,64}; do
-        BURN_FLASH_MMA=$cfg step "tune-fwd-$cfg" "$BIN/attention" speed --bar --flash-only --fwd-only
-        sed "s/^/$cfg,/" "$OUT/tune-fwd-$cfg.log" | grep -v impl
+        BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg/,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
+        sed "s/^/$cfg,/" "$OUT/tune-fwd-${cfg/,/x}.log" | grep -v impl
       done
       for cfg in ${TUNE_BWD:-4,64 4,32 8,64}; do
-        BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-$cfg" "$BIN/attention" speed --bar --flash-only
-        sed "s/^/$cfg,/" "$OUT/tune-bwd-$cfg.log" | grep "fwd+bwd"
+        BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-${cfg/,/x}" "$BIN/attention" speed --bar --flash-only
+        sed "s/^/$cfg,/" "$OUT/tune-bwd-${cfg/,/x}.log" | grep "fwd+bwd"
       done ;;
     *) echo "unknown step $s" ;;
   esac
