@@ -164,6 +164,16 @@ impl BackwardConfig {
         self.head_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
     }
 
+    /// 16-column mma steps over head_dim (padded to the tile).
+    pub fn mma_head_steps(&self) -> u32 {
+        self.head_dim.div_ceil(MATRIX_TILE)
+    }
+
+    /// 16-column mma steps over val_dim (padded to the tile).
+    pub fn mma_val_steps(&self) -> u32 {
+        self.val_dim.div_ceil(MATRIX_TILE)
+    }
+
     /// Row length, in chunks, of the mma path's dO and V tiles.
     pub fn mma_val_stride(&self) -> u32 {
         self.val_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1

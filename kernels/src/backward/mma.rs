@@ -309,8 +309,7 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     #[comptime] masked_pass: bool,
 ) {
     let q_tiles = comptime!(config.block_q / TILE_N);
-    let head_steps = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
-    let val_steps = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
+    let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
     // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let mut st = product_with_rows::<F, N>(&tiles.k, plane_row, &tiles.q, hs, head_steps, q_tiles);
@@ -448,8 +447,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);
-    let head_steps = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
-    let val_steps = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / MATRIX_TILE);
+    let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
     // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let s = product_with_rows::<F, N>(&tiles.q, plane_row, &tiles.k, hs, head_steps, kv_tiles);
