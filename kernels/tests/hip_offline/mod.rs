@@ -62,6 +62,8 @@ const MI300X_ALIGNMENT: u64 = 256;
 const MI300X_MAX_PAGE_BYTES: u64 = 192 * (1 << 30) / 4;
 /// Edge of the smallest cmma tile cubecl-hip advertises when any is registered.
 const MIN_TENSOR_CORE_DIM: u32 = 16;
+/// Bits per load cubecl-hip declares (`load_width`), whatever the device.
+const LOAD_WIDTH_BITS: u32 = 128;
 
 /// A matrix-core compiler of cubecl's HIP dialect.
 pub trait MatrixCores:
@@ -93,7 +95,7 @@ pub fn gfx942_properties<M: MatrixCores>(arch_name: &str) -> DeviceProperties {
             &arch,
         );
     let hardware = HardwareProperties {
-        load_width: 128,
+        load_width: LOAD_WIDTH_BITS,
         plane_size_min: arch.warp_size(),
         plane_size_max: arch.warp_size(),
         max_bindings: AMD_MAX_BINDINGS,
