@@ -101,6 +101,25 @@ pub fn has_register_mma(props: &DeviceProperties, dtype: FloatKind) -> bool {
         })
 }
 
+/// The properties the planners see on the runtime named `runtime` (`Runtime::name`). cubecl-hip
+/// with `hip-rocwmma` registers bf16 16x16x16 cmma, but its bf16 fragments do not compile
+/// (rocWMMA has no `PackTraits<__hip_bfloat16>`; docs/HIP.md): on HIP runtimes those configs are
+/// dropped, so bf16 takes the portable path there. Other runtimes' properties pass through.
+pub fn planning_properties<'a>(
+    props: &'a DeviceProperties,
+    runtime: &str,
+) -> std::borrow::Cow<'a, DeviceProperties> {
+    let bf16: StorageType = elem_type(FloatKind::BF16).into();
+    let broken = |config: &MmaConfig| config.a_type == bf16 || config.b_type == bf16;
+    if runtime.starts_with("hip") && props.features.matmul.cmma.iter().any(broken) {
+        let mut usable = props.clone();
+        usable.features.matmul.cmma.retain(|config| !broken(config));
+        std::borrow::Cow::Owned(usable)
+    } else {
+        std::borrow::Cow::Borrowed(props)
+    }
+}
+
 /// f32 outputs get the ~1 ulp exp / ln (WGSL's built-in exp may be off by 3 + 2|x| ulp) and,
 /// where the device has f64, q·k summed in f64 (an f32 sum of head_dim products carries
 /// several ulps): the FlashAttention rule holds f32 outputs to a few ulps of the exact result.
@@ -261,9 +280,11 @@ fn portable_config(
         },
         score: score_options(problem),
     };
-    let max_q = useful_block(problem.seq_q);
-    let max_kv = useful_block(problem.seq_kv);
     let lanes = base.units_per_row;
+    // At least one whole plane of units (a 32-unit cube would leave half a wave64 idle).
+    let whole_plane = props.hardware.plane_size_max.div_ceil(lanes);
+    let max_q = useful_block(problem.seq_q).max(whole_plane);
+    let max_kv = useful_block(problem.seq_kv);
     for block_q in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_q) {
         // Every unit of a row owns at least one S column: block_kv >= units_per_row.
         for block_kv in BLOCK_CANDIDATES

@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath, MaskKind};
+use burn_flash_attn_kernels::heuristics::planning_properties;
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use hip_offline::checks::{WAVE, needs_rocwmma, violations};
-use hip_offline::variants::{KernelConfig, Variant, hip_source, routed_variants};
+use hip_offline::variants::{Variant, hip_source, routed_variants};
 use hip_offline::{GFX942, Intrinsics, MI300X_LDS_BYTES, MatrixCores, OfflineHip, RocWmma};
 
 const DTYPES: [FloatKind; 3] = [FloatKind::F16, FloatKind::BF16, FloatKind::F32];
@@ -148,18 +149,13 @@ fn source_dir() -> PathBuf {
     target.join("hip-src")
 }
 
-/// A portable forward cube smaller than a wave is correct on wave64 (it uses no plane
-/// operation; the idle lanes are masked) but wastes the wave: allowed here, listed, and held
-/// to the whole-wave rule by the ignored test below.
-fn partial_wave_ok(variant: &Variant) -> bool {
-    matches!(variant.kernel, KernelConfig::Forward(c) if c.path == ForwardPath::Portable)
-}
-
 /// Checks every routed variant on a gfx942 client built with matrix-core compiler `M`, and
 /// writes the sources of the compiled subset that `keep` accepts.
 fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
     let client = OfflineHip::<M>::client_for(GFX942);
-    let props = client.properties();
+    // What `plan` sees on a HIP client (bf16 cmma dropped: it does not compile).
+    let runtime = <OfflineHip<M> as cubecl::Runtime>::name(&client);
+    let props = &*planning_properties(client.properties(), runtime);
     let (checked, compiled) = grid();
     let variants = routed_variants(props, &checked);
     let to_write = routed_variants(props, &compiled);
@@ -168,15 +164,12 @@ fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
     std::fs::create_dir_all(&dir).expect("create the HIP source directory");
     let mut manifest =
         std::fs::File::create(dir.join(format!("manifest.{build}.tsv"))).expect("manifest");
-    let (mut failures, mut partial_waves, mut written) = (Vec::new(), Vec::new(), 0);
+    let (mut failures, mut written) = (Vec::new(), 0);
     let mut counts = BTreeMap::new();
     for (name, (variant, reason)) in &variants {
         let hip = hip_source(&client, variant).unwrap_or_else(|e| panic!("{build} {name}: {e}"));
-        for wrong in violations(variant, &hip, MI300X_LDS_BYTES, partial_wave_ok(variant)) {
+        for wrong in violations(variant, &hip, MI300X_LDS_BYTES) {
             failures.push(format!("{build} {name}: {wrong}"));
-        }
-        if !hip.cube_size.is_multiple_of(WAVE) {
-            partial_waves.push(name.as_str());
         }
         *counts
             .entry(name.split('_').next().unwrap_or_default())
@@ -202,11 +195,6 @@ fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
         variants.len(),
         dir.display()
     );
-    println!(
-        "{build}: {} portable forward variants run a partial wave, e.g. {:?}",
-        partial_waves.len(),
-        partial_waves.first()
-    );
     assert!(
         failures.is_empty(),
         "{} violations:\n{}",
@@ -228,10 +216,9 @@ fn gfx942_rocwmma_build_every_routed_variant_gives_valid_hip() {
     check_build::<RocWmma>("rocwmma", Variant::claims_matrix);
 }
 
-/// The rule without the partial-wave allowance. Fails today: for seq_q <= 8 the
-/// portable planner picks block_q = 8 with 4 units per row (32 work-items, half a wave64).
+/// The rule without the partial-wave allowance: the portable planner gives every cube
+/// at least one whole plane (for seq_q <= 8 it used to pick 32 work-items, half a wave64).
 #[test]
-#[ignore = "known gap: heuristics pick 32-unit portable cubes for seq_q <= 8 (docs/HIP.md)"]
 fn gfx942_every_cube_is_a_whole_number_of_waves() {
     let client = OfflineHip::<Intrinsics>::client_for(GFX942);
     let (checked, _) = grid();
@@ -250,13 +237,15 @@ fn gfx942_every_cube_is_a_whole_number_of_waves() {
 
 /// bf16 cmma fragments do not compile with rocWMMA (`rocwmma::PackTraits<__hip_bfloat16>` is
 /// undefined: cubecl declares them as `__hip_bfloat16`), so bf16 must not take the matrix path
-/// on gfx942. Fails today: `hip-rocwmma` registers bf16 16x16x16 cmma and the heuristics take it.
+/// on gfx942: `hip-rocwmma` registers bf16 16x16x16 cmma, and the planners see the properties
+/// through `planning_properties`, which drops them on HIP runtimes (as `plan` does).
 #[test]
-#[ignore = "known gap: bf16 claims the rocWMMA matrix path on gfx942, which cannot compile (docs/HIP.md)"]
 fn gfx942_rocwmma_bf16_never_claims_the_matrix_path() {
     let client = OfflineHip::<RocWmma>::client_for(GFX942);
     let (checked, _) = grid();
-    let claimed: Vec<String> = routed_variants(client.properties(), &checked)
+    let runtime = <OfflineHip<RocWmma> as cubecl::Runtime>::name(&client);
+    let props = planning_properties(client.properties(), runtime);
+    let claimed: Vec<String> = routed_variants(&props, &checked)
         .into_iter()
         .filter(|(_, (variant, _))| variant.dtype == FloatKind::BF16 && variant.claims_matrix())
         .map(|(name, _)| name)

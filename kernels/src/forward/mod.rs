@@ -31,7 +31,7 @@ use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::heuristics::{ForwardPlan, plan_forward};
+use crate::heuristics::{ForwardPlan, plan_forward, planning_properties};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
 use crate::primitives::score::{ScoreOptions, ScoreParamsLaunch, ScoreTensors};
@@ -66,7 +66,7 @@ pub fn plan<R: Runtime>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
 ) -> Result<ForwardPlan, FlashError> {
-    plan_forward(client.properties(), problem, None)
+    plan_forward(&planning_properties(client.properties(), R::name(client)), problem, None)
 }
 
 /// Runs the FlashAttention-2 forward pass, path chosen by the heuristics.
@@ -97,16 +97,17 @@ pub fn flash_attention_forward_on<R: Runtime>(
     path: Option<ForwardPath>,
 ) -> Result<ForwardLaunch, FlashError> {
     check_shapes(problem, &tensors)?;
+    let props = planning_properties(client.properties(), R::name(client));
     let ForwardPlan {
         config,
         mut reason,
-    } = plan_forward(client.properties(), problem, path)?;
+    } = plan_forward(&props, problem, path)?;
     // The mma path loads rows in 16-byte chunks; views that do not allow it (a strided last
     // dimension, an odd offset) take the matrix path, which reads any strides.
     let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v]);
     let config = match (config.path, chunked, path) {
         (ForwardPath::Mma, false, None) => {
-            let plan = plan_forward(client.properties(), problem, Some(ForwardPath::Matrix))?;
+            let plan = plan_forward(&props, problem, Some(ForwardPath::Matrix))?;
             reason = format!(
                 "matrix path (q, k, v rows are not contiguous 16-byte chunks, which the mma path \
                  loads); {}",

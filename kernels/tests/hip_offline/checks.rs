@@ -61,14 +61,12 @@ pub fn launch_bounds(source: &str) -> Option<u32> {
 /// - shared memory: the only `__shared__` is cubecl's dynamic array; the carved arrays do not
 ///   overlap and end within `lds_bytes`; the launch size cubecl passes is within it too, and
 ///   within the planner's estimate (so the planner's "fits" is a safe bound);
-/// - `__launch_bounds__` is the cube size, a whole number of waves (or, `partial_wave_ok`, a
-///   single partial wave);
+/// - `__launch_bounds__` is the cube size, a whole number of waves;
 /// - matrix-core calls appear exactly where the routing claims the matrix path.
 pub fn violations(
     variant: &Variant,
     hip: &HipSource,
     lds_bytes: usize,
-    partial_wave_ok: bool,
 ) -> Vec<String> {
     let source = &hip.source;
     let mut wrong = Vec::new();
@@ -111,9 +109,7 @@ pub fn violations(
             hip.shared_memory_bytes
         ));
     }
-    let whole_waves = hip.cube_size.is_multiple_of(WAVE);
-    let one_partial_wave = partial_wave_ok && hip.cube_size < WAVE;
-    if !whole_waves && !one_partial_wave {
+    if !hip.cube_size.is_multiple_of(WAVE) {
         wrong.push(format!(
             "cube of {} work-items: not a whole number of waves",
             hip.cube_size
