@@ -13,18 +13,12 @@ use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
-use cubecl_cpp::cuda::CudaDialect;
-use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
-use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
-use cubecl_runtime::kernel::KernelTask;
+use common::cuda_codegen::{cuda_source, dump, problem, settings};
 
-fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
-    let settings = KernelSettings::default()
-        .cube_dim(CubeDim::new_2d(config.plane_size, config.num_planes()))
-        .address_type(AddressType::U32);
+fn matrix_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
-    let kernel = FlashAttentionForwardMatrixKernel::<F, M, common::TestRuntime>::new(
-        settings,
+    cuda_source(FlashAttentionForwardMatrixKernel::<F, M, common::TestRuntime>::new(
+        settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
         client.clone(),
         tensor(),
         tensor(),
@@ -40,49 +34,7 @@ fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -
             seq_kv: (),
         },
         config,
-    );
-    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
-    let options = CompilationOptions {
-        warp_size: common::H200_PLANE_SIZE,
-        ..Default::default()
-    };
-    let compiled = cubecl::CubeTask::compile(
-        &task,
-        &mut Default::default(),
-        &options,
-        ExecutionMode::Checked,
-        AddressType::U32.unsigned_type(),
-    )
-    .expect("CUDA compilation of the matrix kernel");
-    let shared = compiled
-        .repr
-        .as_ref()
-        .map(|r| r.shared_memory_size())
-        .unwrap_or(0);
-    (compiled.source, shared)
-}
-
-fn problem(
-    dtype: FloatKind,
-    head_dim: usize,
-    val_dim: usize,
-    seq_q: usize,
-    seq_kv: usize,
-) -> AttentionProblem {
-    AttentionProblem {
-        batch: 1,
-        num_heads: 1,
-        seq_q,
-        seq_kv,
-        head_dim,
-        val_dim,
-        dtype,
-        scale: AttentionProblem::default_scale(head_dim),
-        softcap: None,
-        causal: false,
-        mask: None,
-        has_bias: false,
-    }
+    ))
 }
 
 #[test]
@@ -115,22 +67,19 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         );
         let (source, shared) = match (case.dtype, case.mask) {
             (FloatKind::F16, Some(MaskKind::U8)) => {
-                cuda_source::<half::f16, u8>(&client, plan.config)
+                matrix_source::<half::f16, u8>(&client, plan.config)
             }
-            (FloatKind::F16, _) => cuda_source::<half::f16, u32>(&client, plan.config),
+            (FloatKind::F16, _) => matrix_source::<half::f16, u32>(&client, plan.config),
             (FloatKind::BF16, Some(MaskKind::U8)) => {
-                cuda_source::<half::bf16, u8>(&client, plan.config)
+                matrix_source::<half::bf16, u8>(&client, plan.config)
             }
-            (FloatKind::BF16, _) => cuda_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::BF16, _) => matrix_source::<half::bf16, u32>(&client, plan.config),
             (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
         };
-        if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
-            let path = format!(
-                "{dir}/matrix_{:?}_hd{}_dv{}.cu",
-                case.dtype, case.head_dim, case.val_dim
-            );
-            std::fs::write(&path, &source).expect("dump the CUDA source");
-        }
+        dump(
+            &format!("matrix_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim),
+            &source,
+        );
         println!(
             "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
             plan.reason,

@@ -13,18 +13,12 @@ use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
-use cubecl_cpp::cuda::CudaDialect;
-use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
-use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
-use cubecl_runtime::kernel::KernelTask;
+use common::cuda_codegen::{cuda_source, dump, problem, settings};
 
-fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
-    let settings = KernelSettings::default()
-        .cube_dim(CubeDim::new_2d(config.plane_size, config.num_planes()))
-        .address_type(AddressType::U32);
+fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
-    let kernel = FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
-        settings,
+    cuda_source(FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
+        settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
         client.clone(),
         tensor(),
         tensor(),
@@ -33,60 +27,18 @@ fn cuda_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -
         tensor(),
         tensor(),
         tensor(),
-        ScoreParamsCompilationArg {
-            scale: (),
-            softcap: (),
-            seq_q: (),
-            seq_kv: (),
-        },
+        params(),
         MMA_CHUNK as usize,
         config,
-    );
-    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
-    // As cubecl-cuda's runtime sets them (fast math on: `__expf` for the softmax).
-    let options = CompilationOptions {
-        warp_size: common::H200_PLANE_SIZE,
-        supports_features: CppSupportedFeatures {
-            fast_math: true,
-            ..Default::default()
-        },
-    };
-    let compiled = cubecl::CubeTask::compile(
-        &task,
-        &mut Default::default(),
-        &options,
-        ExecutionMode::Checked,
-        AddressType::U32.unsigned_type(),
-    )
-    .expect("CUDA compilation of the mma kernel");
-    let shared = compiled
-        .repr
-        .as_ref()
-        .map(|r| r.shared_memory_size())
-        .unwrap_or(0);
-    (compiled.source, shared)
+    ))
 }
 
-fn problem(
-    dtype: FloatKind,
-    head_dim: usize,
-    val_dim: usize,
-    seq_q: usize,
-    seq_kv: usize,
-) -> AttentionProblem {
-    AttentionProblem {
-        batch: 1,
-        num_heads: 1,
-        seq_q,
-        seq_kv,
-        head_dim,
-        val_dim,
-        dtype,
-        scale: AttentionProblem::default_scale(head_dim),
-        softcap: None,
-        causal: false,
-        mask: None,
-        has_bias: false,
+fn params() -> ScoreParamsCompilationArg {
+    ScoreParamsCompilationArg {
+        scale: (),
+        softcap: (),
+        seq_q: (),
+        seq_kv: (),
     }
 }
 
@@ -114,22 +66,19 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         assert_eq!(plan.config.path, ForwardPath::Mma, "{case:?}: {}", plan.reason);
         let (source, shared) = match (case.dtype, case.mask) {
             (FloatKind::F16, Some(MaskKind::U8)) => {
-                cuda_source::<half::f16, u8>(&client, plan.config)
+                mma_source::<half::f16, u8>(&client, plan.config)
             }
-            (FloatKind::F16, _) => cuda_source::<half::f16, u32>(&client, plan.config),
+            (FloatKind::F16, _) => mma_source::<half::f16, u32>(&client, plan.config),
             (FloatKind::BF16, Some(MaskKind::U8)) => {
-                cuda_source::<half::bf16, u8>(&client, plan.config)
+                mma_source::<half::bf16, u8>(&client, plan.config)
             }
-            (FloatKind::BF16, _) => cuda_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::BF16, _) => mma_source::<half::bf16, u32>(&client, plan.config),
             (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
         };
-        if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
-            let path = format!(
-                "{dir}/mma_{:?}_hd{}_dv{}.cu",
-                case.dtype, case.head_dim, case.val_dim
-            );
-            std::fs::write(&path, &source).expect("dump the CUDA source");
-        }
+        dump(
+            &format!("mma_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim),
+            &source,
+        );
         println!(
             "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
             plan.reason,
@@ -149,27 +98,6 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
             "{case:?}: heuristics' shared memory estimate"
         );
     }
-}
-
-fn compile<K: CubeKernel>(kernel: K) -> (String, usize) {
-    let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
-    let options = CompilationOptions {
-        warp_size: common::H200_PLANE_SIZE,
-        supports_features: CppSupportedFeatures {
-            fast_math: true,
-            ..Default::default()
-        },
-    };
-    let compiled = cubecl::CubeTask::compile(
-        &task,
-        &mut Default::default(),
-        &options,
-        ExecutionMode::Checked,
-        AddressType::U32.unsigned_type(),
-    )
-    .expect("CUDA compilation of a backward mma kernel");
-    let shared = compiled.repr.as_ref().map(|r| r.shared_memory_size()).unwrap_or(0);
-    (compiled.source, shared)
 }
 
 /// The backward mma kernels (dK/dV and dQ) for the configs `plan_backward` picks on an H200.
@@ -193,12 +121,6 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         },
     ];
     let tensor = || TensorCompilationArg { inplace: None };
-    let params = || ScoreParamsCompilationArg {
-        scale: (),
-        softcap: (),
-        seq_q: (),
-        seq_kv: (),
-    };
     for case in cases {
         for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
             let plan = plan_backward(&props, &case, kernel).expect("planned");
@@ -208,28 +130,23 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
                 BackwardKernel::KeyValue => config.block_kv,
                 BackwardKernel::Query => config.block_q,
             };
-            let settings = KernelSettings::default()
-                .cube_dim(CubeDim::new_2d(32, outer / 16))
-                .address_type(AddressType::U32);
+            let settings = settings(CubeDim::new_2d(32, outer / 16));
             let chunk = MMA_CHUNK as usize;
             let (source, shared) = match (kernel, case.dtype) {
-                (BackwardKernel::KeyValue, FloatKind::BF16) => compile(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                (BackwardKernel::KeyValue, FloatKind::BF16) => cuda_source(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
                     settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
                 )),
-                (BackwardKernel::KeyValue, _) => compile(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                (BackwardKernel::KeyValue, _) => cuda_source(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
                     settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
                 )),
-                (BackwardKernel::Query, FloatKind::BF16) => compile(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                (BackwardKernel::Query, FloatKind::BF16) => cuda_source(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
                     settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
                 )),
-                (BackwardKernel::Query, _) => compile(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                (BackwardKernel::Query, _) => cuda_source(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
                     settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
                 )),
             };
-            if let Ok(dir) = std::env::var("FLASH_DUMP_DIR") {
-                let path = format!("{dir}/mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim);
-                std::fs::write(&path, &source).expect("dump the CUDA source");
-            }
+            dump(&format!("mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim), &source);
             println!("{case:?} {kernel:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)", plan.reason, source.len());
             assert!(source.contains("mma.sync"), "{case:?} {kernel:?}: no mma.sync");
             assert!(source.contains("ldmatrix"), "{case:?} {kernel:?}: no ldmatrix");

@@ -10,6 +10,8 @@ use cubecl::server::Handle;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+pub mod cuda_codegen;
+
 /// The runtime the kernel tests run on: wgpu by default (lavapipe on CPU-only machines),
 /// CUDA with `--no-default-features --features cuda`, HIP with `--features hip` (on a machine
 /// with ROCm and an AMD GPU: without them, touching the HIP runtime aborts the process; only
