@@ -10,6 +10,7 @@ use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageTy
 use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::primitives::dot::DotSum;
+use crate::primitives::mma::{LANES, TILE_M, TILE_N};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
@@ -31,9 +32,9 @@ const MATRIX_PLANES: u32 = 4;
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 
 /// The manual MMA shape of the mma path (m16n8k16, PTX fragment layout).
-const MMA_SHAPE: (u32, u32, u32) = (16, 8, 16);
+const MMA_SHAPE: (u32, u32, u32) = (TILE_M, TILE_N, TILE_M);
 /// The plane size the PTX m16n8k16 fragment layout assumes.
-const MMA_PLANE_SIZE: u32 = 32;
+const MMA_PLANE_SIZE: u32 = LANES;
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;

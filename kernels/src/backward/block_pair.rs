@@ -100,18 +100,22 @@ pub fn load_query_block<F: Float>(
     );
     let row = pair.q_start + UNIT_POS;
     if UNIT_POS < config.block_q {
-        let mut row_lse = 0.0f32;
-        let mut row_delta = 0.0f32;
-        if row < lse.shape(2) as u32 {
-            let b = pair.batch as usize;
-            let h = pair.head as usize;
-            let r = row as usize;
-            row_lse = lse[b * lse.stride(0) + h * lse.stride(1) + r * lse.stride(2)];
-            row_delta = delta[b * delta.stride(0) + h * delta.stride(1) + r * delta.stride(2)];
-        }
-        tiles.lse[UNIT_POS as usize] = row_lse;
-        tiles.delta[UNIT_POS as usize] = row_delta;
+        tiles.lse[UNIT_POS as usize] = row_stat(lse, pair.batch, pair.head, row);
+        tiles.delta[UNIT_POS as usize] = row_stat(delta, pair.batch, pair.head, row);
     }
+}
+
+/// Value `row` of an f32 `[batch, heads, seq]` tensor (the lse or delta of a query row), 0 past
+/// the end.
+#[cube]
+pub fn row_stat(stat: &Tensor<f32>, batch: u32, head: u32, row: u32) -> f32 {
+    let mut value = 0.0f32;
+    if row < stat.shape(2) as u32 {
+        value = stat[batch as usize * stat.stride(0)
+            + head as usize * stat.stride(1)
+            + row as usize * stat.stride(2)];
+    }
+    value
 }
 
 /// Loads K and V of the key/value block starting at `pair.kv_start`. Rows past seq_kv are

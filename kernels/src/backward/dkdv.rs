@@ -13,6 +13,7 @@
 use cubecl::prelude::*;
 
 use crate::forward::score_tensors;
+use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
@@ -106,20 +107,16 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     let first = BlockPair { batch, head, q_start: 0, kv_start };
     load_kv_block::<F>(k, v, &mut tiles, &first, config);
 
-    // Step 2: the query blocks that see this block. Causal (bottom-right): row i sees column j
-    // iff j + seq_q <= i + seq_kv, so rows below `kv_start + seq_q - seq_kv` see none of it.
-    let mut first_row = 0u32;
-    if comptime!(config.score.causal) {
-        let reach = kv_start + params.seq_q;
-        first_row = select(reach > params.seq_kv, reach - params.seq_kv, 0u32);
-    }
+    // Step 2: the query blocks that see this block (causal: none above the diagonal).
+    let first_row = first_query_row(kv_start, &params, config.score);
     let q_blocks = params.seq_q.div_ceil(config.block_q);
     for q_block in first_row / config.block_q..q_blocks {
         let pair = BlockPair { batch, head, q_start: q_block * config.block_q, kv_start };
         load_query_block::<F>(q, d_out, lse, delta, &mut tiles, &pair, config);
         sync_cube();
         // A uniform branch: every unit of the cube takes the same pass.
-        if needs_masked_pass(&pair, &params, config) {
+        let (block_q, block_kv) = (config.block_q, config.block_kv);
+        if pair_needs_masked_pass(pair.q_start, kv_start, &params, block_q, block_kv, config.score) {
             accumulate_query_block::<F, M>(
                 mask, bias, &params, &tensors, &mut tiles, &pair, &mut grads, config, true,
             );
@@ -133,22 +130,6 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     // Step 3: write dK = scale * Σ dS^T Q and dV = Σ P^T dO (rows past seq_kv are not written).
     write_block::<F>(dk, &grads.dk.sum, batch, head, kv_start, params.seq_kv, params.scale, config.head_dim, config);
     write_block::<F>(dv, &grads.dv.sum, batch, head, kv_start, params.seq_kv, 1.0f32, config.val_dim, config);
-}
-
-/// Whether some entry of the pair may be masked: a tail block, an explicit mask, or a causal
-/// pair whose top-right entry (first query row, last key/value row) is hidden.
-#[cube]
-fn needs_masked_pass(pair: &BlockPair, params: &ScoreParams, #[comptime] config: BackwardConfig) -> bool {
-    let q_end = pair.q_start + config.block_q;
-    let kv_end = pair.kv_start + config.block_kv;
-    let mut masked = q_end > params.seq_q || kv_end > params.seq_kv;
-    if comptime!(config.score.causal) {
-        masked = masked || kv_end - 1 + params.seq_q > pair.q_start + params.seq_kv;
-    }
-    if comptime!(config.score.has_mask) {
-        masked = true;
-    }
-    masked
 }
 
 /// One query block: recompute P and dS, then `dV += P^T dO`, `dK += dS^T Q` for this unit's

@@ -13,7 +13,7 @@
 use cubecl::prelude::*;
 
 use crate::forward::score_tensors;
-use crate::primitives::block_range::kv_block_range;
+use crate::primitives::block_range::kv_block_range_full_rows;
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
@@ -97,18 +97,14 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
 
     // Step 2: the visible key/value blocks, unmasked pass first. A partial query block takes the
     // masked pass everywhere: its rows past seq_q must not read the bias.
-    let range = kv_block_range(q_block, &params, config.block_q, config.block_kv, config.score);
-    let mut first_masked = range.first_masked;
-    if q_start + config.block_q > params.seq_q {
-        first_masked = 0u32;
-    }
-    for kv_block in 0..first_masked {
+    let range = kv_block_range_full_rows(q_block, &params, config.block_q, config.block_kv, config.score);
+    for kv_block in 0..range.first_masked {
         let pair = BlockPair { batch, head, q_start, kv_start: kv_block * config.block_kv };
         accumulate_kv_block::<F, M>(
             k, v, mask, bias, &params, &tensors, &mut tiles, &pair, &mut dq_acc, config, false,
         );
     }
-    for kv_block in first_masked..range.end {
+    for kv_block in range.first_masked..range.end {
         let pair = BlockPair { batch, head, q_start, kv_start: kv_block * config.block_kv };
         accumulate_kv_block::<F, M>(
             k, v, mask, bias, &params, &tensors, &mut tiles, &pair, &mut dq_acc, config, true,

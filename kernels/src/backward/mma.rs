@@ -22,10 +22,13 @@ use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
-use crate::primitives::block_range::kv_block_range;
+use crate::primitives::block_range::{
+    first_query_row, kv_block_range_full_rows, pair_needs_masked_pass,
+};
 use crate::primitives::mma::{
-    ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_tile, chunk_view,
-    fetch_rows, lane, product_with_rows, staging, store_rows, zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_tile,
+    chunk_view, fetch_rows, lane, product_with_rows, staging, store_accumulator_row, store_rows,
+    zero_accumulators,
 };
 use crate::primitives::precise_math::exp_f32;
 use crate::primitives::score::{
@@ -33,6 +36,7 @@ use crate::primitives::score::{
 };
 use crate::problem::AttentionProblem;
 
+use super::block_pair::row_stat;
 use super::config::{BackwardConfig, BackwardKernel};
 use super::{GradientInputs, score_params};
 
@@ -145,20 +149,17 @@ fn copy_rows<F: Float, N: Size>(
 ) {
     let tile_chunks = comptime!(dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK);
     let mut staged = staging::<F, N>(rows, tile_chunks, units);
-    fetch_rows::<F, N>(tensor, view, &mut staged, first_row, rows, comptime!(dim / MMA_CHUNK), tile_chunks, units);
+    fetch_rows::<F, N>(
+        tensor,
+        view,
+        &mut staged,
+        first_row,
+        rows,
+        comptime!(dim / MMA_CHUNK),
+        tile_chunks,
+        units,
+    );
     store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
-}
-
-/// Value `row` of an f32 `[batch, heads, seq]` tensor, 0 past the end.
-#[cube]
-fn row_stat(stat: &Tensor<f32>, batch: u32, head: u32, row: u32) -> f32 {
-    let mut value = 0.0f32;
-    if row < stat.shape(2) as u32 {
-        value = stat[batch as usize * stat.stride(0)
-            + head as usize * stat.stride(1)
-            + row as usize * stat.stride(2)];
-    }
-    value
 }
 
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
@@ -179,7 +180,17 @@ fn p_and_ds<F: Float, M: Int>(
     #[comptime] config: BackwardConfig,
     #[comptime] masked_pass: bool,
 ) -> (f32, f32) {
-    let logit = score::<F, M>(dot, row, col, params, tensors, mask, bias, config.score, masked_pass);
+    let logit = score::<F, M>(
+        dot,
+        row,
+        col,
+        params,
+        tensors,
+        mask,
+        bias,
+        config.score,
+        masked_pass,
+    );
     let mut p = exp_f32(logit - row_lse, false);
     if comptime!(masked_pass) {
         p = select(is_masked_logit(logit), 0.0f32, p);
@@ -223,38 +234,94 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     let mut dv_acc = zero_accumulators(val_tiles);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
-    copy_rows::<F, N>(k, &chunk_view(k, batch, head), &mut tiles.k, kv_start, config.block_kv, config.head_dim, config.mma_head_stride(), units);
-    copy_rows::<F, N>(v, &chunk_view(v, batch, head), &mut tiles.v, kv_start, config.block_kv, config.val_dim, config.mma_val_stride(), units);
+    copy_rows::<F, N>(
+        k,
+        &chunk_view(k, batch, head),
+        &mut tiles.k,
+        kv_start,
+        config.block_kv,
+        config.head_dim,
+        config.mma_head_stride(),
+        units,
+    );
+    copy_rows::<F, N>(
+        v,
+        &chunk_view(v, batch, head),
+        &mut tiles.v,
+        kv_start,
+        config.block_kv,
+        config.val_dim,
+        config.mma_val_stride(),
+        units,
+    );
 
-    // Step 2: the query blocks that see this block. Causal (bottom-right): row i sees column j
-    // iff j + seq_q <= i + seq_kv, so rows below `kv_start + seq_q - seq_kv` see none of it.
-    let mut first_row = 0u32;
-    if comptime!(config.score.causal) {
-        let reach = kv_start + params.seq_q;
-        first_row = select(reach > params.seq_kv, reach - params.seq_kv, 0u32);
-    }
+    // Step 2: the query blocks that see this block (causal: none above the diagonal).
+    let first_row = first_query_row(kv_start, &params, config.score);
     let q_blocks = params.seq_q.div_ceil(config.block_q);
     for q_block in first_row / config.block_q..q_blocks {
         let q_start = q_block * config.block_q;
-        copy_rows::<F, N>(q, &q_view, &mut tiles.q, q_start, config.block_q, config.head_dim, config.mma_head_stride(), units);
-        copy_rows::<F, N>(d_out, &d_out_view, &mut tiles.d_out, q_start, config.block_q, config.val_dim, config.mma_val_stride(), units);
+        copy_rows::<F, N>(
+            q,
+            &q_view,
+            &mut tiles.q,
+            q_start,
+            config.block_q,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            d_out,
+            &d_out_view,
+            &mut tiles.d_out,
+            q_start,
+            config.block_q,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
         if UNIT_POS < config.block_q {
             lse_tile[UNIT_POS as usize] = row_stat(lse, batch, head, q_start + UNIT_POS);
             delta_tile[UNIT_POS as usize] = row_stat(delta, batch, head, q_start + UNIT_POS);
         }
         sync_cube();
         // A uniform branch: every unit of the cube takes the same pass.
-        if needs_masked_pass(q_start, kv_start, &params, config) {
+        let (block_q, block_kv) = (config.block_q, config.block_kv);
+        if pair_needs_masked_pass(q_start, kv_start, &params, block_q, block_kv, config.score) {
             accumulate_dkdv::<F, M, N>(
-                mask, bias, &params, &tensors, &tiles, &lse_tile, &delta_tile, q_start,
-                kv_start + plane_row + lane.group, plane_row, lane, &mut dk_acc, &mut dv_acc,
-                config, true,
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &lse_tile,
+                &delta_tile,
+                q_start,
+                kv_start + plane_row + lane.group,
+                plane_row,
+                lane,
+                &mut dk_acc,
+                &mut dv_acc,
+                config,
+                true,
             );
         } else {
             accumulate_dkdv::<F, M, N>(
-                mask, bias, &params, &tensors, &tiles, &lse_tile, &delta_tile, q_start,
-                kv_start + plane_row + lane.group, plane_row, lane, &mut dk_acc, &mut dv_acc,
-                config, false,
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &lse_tile,
+                &delta_tile,
+                q_start,
+                kv_start + plane_row + lane.group,
+                plane_row,
+                lane,
+                &mut dk_acc,
+                &mut dv_acc,
+                config,
+                false,
             );
         }
         sync_cube();
@@ -262,29 +329,28 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
     let row = kv_start + plane_row + lane.group;
-    write_rows::<F>(dk, &dk_acc, batch, head, row, lane, params.seq_kv, params.scale, config.head_dim);
-    write_rows::<F>(dv, &dv_acc, batch, head, row, lane, params.seq_kv, 1.0f32, config.val_dim);
-}
-
-/// Whether some entry of the (query block, key/value block) pair may be masked: a tail block,
-/// an explicit mask, or a causal pair whose top-right entry is hidden.
-#[cube]
-fn needs_masked_pass(
-    q_start: u32,
-    kv_start: u32,
-    params: &ScoreParams,
-    #[comptime] config: BackwardConfig,
-) -> bool {
-    let q_end = q_start + config.block_q;
-    let kv_end = kv_start + config.block_kv;
-    let mut masked = q_end > params.seq_q || kv_end > params.seq_kv;
-    if comptime!(config.score.causal) {
-        masked = masked || kv_end - 1 + params.seq_q > q_start + params.seq_kv;
-    }
-    if comptime!(config.score.has_mask) {
-        masked = true;
-    }
-    masked
+    write_rows::<F>(
+        dk,
+        &dk_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_kv,
+        params.scale,
+        config.head_dim,
+    );
+    write_rows::<F>(
+        dv,
+        &dv_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_kv,
+        1.0f32,
+        config.val_dim,
+    );
 }
 
 /// One query block of the dK/dV kernel for this plane's 16 key rows (`key_row`: this lane's
@@ -327,9 +393,18 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
             for e in 0..2u32 {
                 let local = j * TILE_N + lane.quad * 2 + e;
                 let (pe, dse) = p_and_ds::<F, M>(
-                    p[e as usize], ds[e as usize], lse_tile[local as usize],
-                    delta_tile[local as usize], q_start + local, key_row + h * 8, params,
-                    tensors, mask, bias, config, masked_pass,
+                    p[e as usize],
+                    ds[e as usize],
+                    lse_tile[local as usize],
+                    delta_tile[local as usize],
+                    q_start + local,
+                    key_row + h * BOTTOM_ROW,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config,
+                    masked_pass,
                 );
                 p[e as usize] = pe;
                 ds[e as usize] = dse;
@@ -373,49 +448,137 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
     let mut dq_acc = zero_accumulators(head_tiles);
 
     // Step 1: Q and dO of this block, once, and this lane's two rows' lse and delta.
-    copy_rows::<F, N>(q, &chunk_view(q, batch, head), &mut tiles.q, q_start, config.block_q, config.head_dim, config.mma_head_stride(), units);
-    copy_rows::<F, N>(d_out, &chunk_view(d_out, batch, head), &mut tiles.d_out, q_start, config.block_q, config.val_dim, config.mma_val_stride(), units);
+    copy_rows::<F, N>(
+        q,
+        &chunk_view(q, batch, head),
+        &mut tiles.q,
+        q_start,
+        config.block_q,
+        config.head_dim,
+        config.mma_head_stride(),
+        units,
+    );
+    copy_rows::<F, N>(
+        d_out,
+        &chunk_view(d_out, batch, head),
+        &mut tiles.d_out,
+        q_start,
+        config.block_q,
+        config.val_dim,
+        config.mma_val_stride(),
+        units,
+    );
     let row = q_start + plane_row + lane.group;
     let stats = RowStats {
         top_lse: row_stat(lse, batch, head, row),
-        bottom_lse: row_stat(lse, batch, head, row + 8),
+        bottom_lse: row_stat(lse, batch, head, row + BOTTOM_ROW),
         top_delta: row_stat(delta, batch, head, row),
-        bottom_delta: row_stat(delta, batch, head, row + 8),
+        bottom_delta: row_stat(delta, batch, head, row + BOTTOM_ROW),
     };
 
     // Step 2: the visible key/value blocks, unmasked pass first. A partial query block takes
     // the masked pass everywhere: its rows past seq_q must not read the mask or bias.
-    let range = kv_block_range(q_block, &params, config.block_q, config.block_kv, config.score);
-    let mut first_masked = range.first_masked;
-    if q_start + config.block_q > params.seq_q {
-        first_masked = 0u32;
-    }
-    for kv_block in 0..first_masked {
+    let range = kv_block_range_full_rows(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
+    for kv_block in 0..range.first_masked {
         let kv_start = kv_block * config.block_kv;
-        copy_rows::<F, N>(k, &k_view, &mut tiles.k, kv_start, config.block_kv, config.head_dim, config.mma_head_stride(), units);
-        copy_rows::<F, N>(v, &v_view, &mut tiles.v, kv_start, config.block_kv, config.val_dim, config.mma_val_stride(), units);
+        copy_rows::<F, N>(
+            k,
+            &k_view,
+            &mut tiles.k,
+            kv_start,
+            config.block_kv,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            v,
+            &v_view,
+            &mut tiles.v,
+            kv_start,
+            config.block_kv,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
         sync_cube();
         accumulate_dq::<F, M, N>(
-            mask, bias, &params, &tensors, &tiles, &stats, kv_start, row, plane_row, lane,
-            &mut dq_acc, config, false,
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &stats,
+            kv_start,
+            row,
+            plane_row,
+            lane,
+            &mut dq_acc,
+            config,
+            false,
         );
         sync_cube();
     }
-    for kv_block in first_masked..range.end {
+    for kv_block in range.first_masked..range.end {
         let kv_start = kv_block * config.block_kv;
-        copy_rows::<F, N>(k, &k_view, &mut tiles.k, kv_start, config.block_kv, config.head_dim, config.mma_head_stride(), units);
-        copy_rows::<F, N>(v, &v_view, &mut tiles.v, kv_start, config.block_kv, config.val_dim, config.mma_val_stride(), units);
+        copy_rows::<F, N>(
+            k,
+            &k_view,
+            &mut tiles.k,
+            kv_start,
+            config.block_kv,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            v,
+            &v_view,
+            &mut tiles.v,
+            kv_start,
+            config.block_kv,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
         sync_cube();
         accumulate_dq::<F, M, N>(
-            mask, bias, &params, &tensors, &tiles, &stats, kv_start, row, plane_row, lane,
-            &mut dq_acc, config, true,
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &stats,
+            kv_start,
+            row,
+            plane_row,
+            lane,
+            &mut dq_acc,
+            config,
+            true,
         );
         sync_cube();
     }
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
     // (causal with seq_q > seq_kv) write zeros.
-    write_rows::<F>(dq, &dq_acc, batch, head, row, lane, params.seq_q, params.scale, config.head_dim);
+    write_rows::<F>(
+        dq,
+        &dq_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_q,
+        params.scale,
+        config.head_dim,
+    );
 }
 
 /// The lse and delta of this lane's two query rows.
@@ -451,7 +614,8 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let s = product_with_rows::<F, N>(&tiles.q, plane_row, &tiles.k, hs, head_steps, kv_tiles);
-    let mut dp = product_with_rows::<F, N>(&tiles.d_out, plane_row, &tiles.v, vs, val_steps, kv_tiles);
+    let mut dp =
+        product_with_rows::<F, N>(&tiles.d_out, plane_row, &tiles.v, vs, val_steps, kv_tiles);
     // dS into dp.
     #[unroll]
     for j in 0..kv_tiles {
@@ -469,8 +633,18 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
             for e in 0..2u32 {
                 let col = kv_start + j * TILE_N + lane.quad * 2 + e;
                 let (_, dse) = p_and_ds::<F, M>(
-                    dot[e as usize], ds[e as usize], row_lse, row_delta, query_row + h * 8, col,
-                    params, tensors, mask, bias, config, masked_pass,
+                    dot[e as usize],
+                    ds[e as usize],
+                    row_lse,
+                    row_delta,
+                    query_row + h * BOTTOM_ROW,
+                    col,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config,
+                    masked_pass,
                 );
                 ds[e as usize] = dse;
             }
@@ -497,22 +671,10 @@ fn write_rows<F: Float>(
     #[comptime] dim: u32,
 ) {
     let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
-    #[unroll]
-    for h in 0..2u32 {
-        let r = row + h * 8;
-        if r < rows {
-            #[unroll]
-            for j in 0..comptime!(dim.next_multiple_of(MATRIX_TILE) / TILE_N) {
-                let pair = acc[(j * ACC_REGS + h) as usize];
-                #[unroll]
-                for e in 0..2u32 {
-                    let col = j * TILE_N + lane.quad * 2 + e;
-                    if col < dim {
-                        out[base + r as usize * out.stride(2) + col as usize * out.stride(3)] =
-                            F::cast_from(pair[e as usize] * factor);
-                    }
-                }
-            }
-        }
+    if row < rows {
+        store_accumulator_row::<F>(out, acc, base, row, lane, factor, 0u32, dim);
+    }
+    if row + BOTTOM_ROW < rows {
+        store_accumulator_row::<F>(out, acc, base, row + BOTTOM_ROW, lane, factor, 1u32, dim);
     }
 }

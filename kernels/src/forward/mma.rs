@@ -22,9 +22,9 @@ use cubecl::prelude::*;
 use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
 use crate::primitives::mma::{
-    A_REGS, ACC_REGS, ChunkView, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_tile,
-    chunk_view, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair, quad_max, quad_sum,
-    staging, store_rows, zero_accumulators,
+    A_REGS, ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product,
+    chunk_tile, chunk_view, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair, quad_max,
+    quad_sum, staging, store_accumulator_row, store_rows, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -118,7 +118,11 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     };
     let mut staged = Staged::<F, N> {
         k: staging::<F, N>(config.block_kv, head_chunks, units),
-        v: staging::<F, N>(config.block_kv, comptime!(config.val_dim_tile() / MMA_CHUNK), units),
+        v: staging::<F, N>(
+            config.block_kv,
+            comptime!(config.val_dim_tile() / MMA_CHUNK),
+            units,
+        ),
     };
 
     // Step 1: the query block into shared memory, then this plane's A fragments, once.
@@ -174,14 +178,46 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     let first_row = q_start + plane_row + lane.group;
     for kv_block in 0..range.first_masked {
         attend_kv_block::<F, M, N>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, &range, kv_block,
-            first_row, lane, &q_frags, &mut tiles, &mut staged, &mut rows, config, false,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            &range,
+            kv_block,
+            first_row,
+            lane,
+            &q_frags,
+            &mut tiles,
+            &mut staged,
+            &mut rows,
+            config,
+            false,
         );
     }
     for kv_block in range.first_masked..range.end {
         attend_kv_block::<F, M, N>(
-            k, v, mask, bias, &k_view, &v_view, &params, &tensors, &range, kv_block,
-            first_row, lane, &q_frags, &mut tiles, &mut staged, &mut rows, config, true,
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            &range,
+            kv_block,
+            first_row,
+            lane,
+            &q_frags,
+            &mut tiles,
+            &mut staged,
+            &mut rows,
+            config,
+            true,
         );
     }
 
@@ -190,9 +226,21 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     rows.top.row_sum = quad_sum(rows.top.row_sum);
     rows.bottom.row_sum = quad_sum(rows.bottom.row_sum);
     let seq_q = params.seq_q;
-    write_row::<F>(o, lse, &rows.acc, &rows.top, batch, head, first_row, lane, 0u32, seq_q, config);
     write_row::<F>(
-        o, lse, &rows.acc, &rows.bottom, batch, head, first_row + 8, lane, 1u32, seq_q, config,
+        o, lse, &rows.acc, &rows.top, batch, head, first_row, lane, 0u32, seq_q, config,
+    );
+    write_row::<F>(
+        o,
+        lse,
+        &rows.acc,
+        &rows.bottom,
+        batch,
+        head,
+        first_row + BOTTOM_ROW,
+        lane,
+        1u32,
+        seq_q,
+        config,
     );
 }
 
@@ -248,7 +296,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         }
         #[unroll]
         for jj in 0..comptime!(kv_tiles / 2) {
-            let b = load_b_by_rows::<F, N>(&tiles.k, jj * 16, config.mma_head_stride(), kk);
+            let b = load_b_by_rows::<F, N>(&tiles.k, jj * TILE_M, config.mma_head_stride(), kk);
             mma_tile_pair::<F>(&a, &b, &mut s, jj);
         }
     }
@@ -256,7 +304,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     // Logits, then the online softmax of the top and bottom rows. Rows past seq_q compute as
     // the last row (reads stay in bounds) and are never written.
     let top_row = min(first_row, params.seq_q - 1);
-    let bottom_row = min(first_row + 8, params.seq_q - 1);
+    let bottom_row = min(first_row + BOTTOM_ROW, params.seq_q - 1);
     let mut top_max = f32::new(MASKED_LOGIT);
     let mut bottom_max = top_max;
     #[unroll]
@@ -268,11 +316,25 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         for e in 0..2u32 {
             let (at, column) = (e as usize, col + e);
             upper[at] = score::<F, M>(
-                upper[at], top_row, column, params, tensors, mask, bias, config.score,
+                upper[at],
+                top_row,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
                 masked_pass,
             );
             lower[at] = score::<F, M>(
-                lower[at], bottom_row, column, params, tensors, mask, bias, config.score,
+                lower[at],
+                bottom_row,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
                 masked_pass,
             );
             top_max = max(top_max, upper[at]);
@@ -310,7 +372,14 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     }
 
     // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
-    accumulate_product::<F, N>(&s, &tiles.v, config.mma_val_stride(), kv_tiles, comptime!(val_tiles / 2), &mut rows.acc);
+    accumulate_product::<F, N>(
+        &s,
+        &tiles.v,
+        config.mma_val_stride(),
+        kv_tiles,
+        comptime!(val_tiles / 2),
+        &mut rows.acc,
+    );
 
     // Every plane is done reading this block's K and V before the next block overwrites them.
     sync_cube();
@@ -403,22 +472,9 @@ fn write_row<F: Float>(
     #[comptime] config: FlashConfig,
 ) {
     if row < seq_q {
+        let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
         let normalizer = softmax.normalizer();
-        let o_row = batch as usize * o.stride(0)
-            + head as usize * o.stride(1)
-            + row as usize * o.stride(2);
-        #[unroll]
-        for j in 0..comptime!(config.val_dim_tile() / TILE_N) {
-            let pair = acc[(j * ACC_REGS + half) as usize];
-            #[unroll]
-            for e in 0..2u32 {
-                let col = j * TILE_N + lane.quad * 2 + e;
-                if col < config.val_dim {
-                    o[o_row + col as usize * o.stride(3)] =
-                        F::cast_from(pair[e as usize] * normalizer);
-                }
-            }
-        }
+        store_accumulator_row::<F>(o, acc, base, row, lane, normalizer, half, config.val_dim);
         if lane.quad == 0 {
             let at = batch as usize * lse.stride(0)
                 + head as usize * lse.stride(1)

@@ -56,3 +56,62 @@ pub fn kv_block_range(
         end,
     }
 }
+
+/// The query blocks a key/value block starting at `kv_start` is seen by start at this row:
+/// with causal masking (bottom-right) row `i` sees column `j` iff `j + seq_q <= i + seq_kv`, so
+/// rows below `kv_start + seq_q - seq_kv` see none of the block; 0 without causal.
+#[cube]
+pub fn first_query_row(
+    kv_start: u32,
+    params: &ScoreParams,
+    #[comptime] options: ScoreOptions,
+) -> u32 {
+    let mut first_row = 0u32;
+    if comptime!(options.causal) {
+        let reach = kv_start + params.seq_q;
+        first_row = select(reach > params.seq_kv, reach - params.seq_kv, 0u32);
+    }
+    first_row
+}
+
+/// [`kv_block_range`] for a kernel whose rows past seq_q must not take the unmasked pass (the
+/// backward's dQ: those rows would read the mask and bias out of bounds): a partial query
+/// block takes the masked pass everywhere.
+#[cube]
+pub fn kv_block_range_full_rows(
+    q_block: u32,
+    params: &ScoreParams,
+    #[comptime] block_q: u32,
+    #[comptime] block_kv: u32,
+    #[comptime] options: ScoreOptions,
+) -> KvBlockRange {
+    let mut range = kv_block_range(q_block, params, block_q, block_kv, options);
+    if q_block * block_q + block_q > params.seq_q {
+        range.first_masked = 0u32;
+    }
+    range
+}
+
+/// Whether some entry of the (query block, key/value block) pair starting at (`q_start`,
+/// `kv_start`) may be masked: a tail block, an explicit mask, or a causal pair whose top-right
+/// entry (first query row, last key/value row) is hidden.
+#[cube]
+pub fn pair_needs_masked_pass(
+    q_start: u32,
+    kv_start: u32,
+    params: &ScoreParams,
+    #[comptime] block_q: u32,
+    #[comptime] block_kv: u32,
+    #[comptime] options: ScoreOptions,
+) -> bool {
+    let q_end = q_start + block_q;
+    let kv_end = kv_start + block_kv;
+    let mut masked = q_end > params.seq_q || kv_end > params.seq_kv;
+    if comptime!(options.causal) {
+        masked = masked || kv_end - 1 + params.seq_q > q_start + params.seq_kv;
+    }
+    if comptime!(options.masks_everywhere()) {
+        masked = true;
+    }
+    masked
+}

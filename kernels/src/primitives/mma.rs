@@ -27,6 +27,10 @@ pub const LANES: u32 = 32;
 pub const TILE_M: u32 = 16;
 /// Columns of one accumulator tile (the mma's n).
 pub const TILE_N: u32 = 8;
+/// A lane's second accumulator row is this far below its first (`group + 8`).
+pub const BOTTOM_ROW: u32 = TILE_M / 2;
+/// Rows of one 8x8 matrix of `ldmatrix` (each addressed by one lane of an 8-lane phase).
+const LDMATRIX_ROWS: u32 = 8;
 /// Registers of one A fragment / one B fragment / one accumulator tile, per lane.
 pub const A_REGS: u32 = 4;
 pub const B_REGS: u32 = 2;
@@ -35,7 +39,7 @@ pub const ACC_REGS: u32 = 2;
 /// The 16x8x16 mma of `F` inputs with f32 accumulation.
 #[cube]
 pub fn mma_definition<F: Float>() -> MmaDefinition<F, F, f32> {
-    MmaDefinition::<F, F, f32>::new(16usize, 8usize, 16usize)
+    MmaDefinition::<F, F, f32>::new(TILE_M as usize, TILE_N as usize, TILE_M as usize)
 }
 
 /// Where this lane sits in the fragments (see the module doc).
@@ -108,7 +112,7 @@ pub fn load_a<F: Float, N: Size>(
     #[comptime] kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let at = (first_row + lane % 16) * stride + kk * 2 + lane / 16;
+    let at = (first_row + lane % TILE_M) * stride + kk * 2 + lane / TILE_M;
     ldmatrix_x4::<F, N>(tile, at, MatrixIdent::A, false)
 }
 
@@ -123,8 +127,9 @@ pub fn load_b_by_rows<F: Float, N: Size>(
     #[comptime] kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let row = first_row + lane % 8 + (lane / 16) * 8;
-    ldmatrix_x4::<F, N>(tile, row * stride + kk * 2 + (lane / 8) % 2, MatrixIdent::B, false)
+    let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
+    let chunk = kk * 2 + (lane / LDMATRIX_ROWS) % 2;
+    ldmatrix_x4::<F, N>(tile, row * stride + chunk, MatrixIdent::B, false)
 }
 
 /// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
@@ -138,7 +143,7 @@ pub fn load_b_by_cols<F: Float, N: Size>(
     #[comptime] jj: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let at = (first_row + lane % 16) * stride + jj * 2 + lane / 16;
+    let at = (first_row + lane % TILE_M) * stride + jj * 2 + lane / TILE_M;
     ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
 }
 
@@ -160,7 +165,7 @@ pub fn product_with_rows<F: Float, N: Size>(
         let fragment = load_a::<F, N>(a, a_row, stride, kk);
         #[unroll]
         for jj in 0..comptime!(n_tiles / 2) {
-            let b_fragments = load_b_by_rows::<F, N>(b, jj * 16, stride, kk);
+            let b_fragments = load_b_by_rows::<F, N>(b, jj * TILE_M, stride, kk);
             mma_tile_pair::<F>(&fragment, &b_fragments, &mut acc, jj);
         }
     }
@@ -184,7 +189,7 @@ pub fn accumulate_product<F: Float, N: Size>(
         let fragment = accumulators_as_a::<F>(x, kk);
         #[unroll]
         for jj in 0..n_steps {
-            let b_fragments = load_b_by_cols::<F, N>(b, kk * 16, stride, jj);
+            let b_fragments = load_b_by_cols::<F, N>(b, kk * TILE_M, stride, jj);
             mma_tile_pair::<F>(&fragment, &b_fragments, acc, jj);
         }
     }
@@ -226,6 +231,36 @@ pub fn mma_tile_pair<F: Float>(
 ) {
     mma_tile::<F>(a, b, 0u32, acc, comptime!(jj * 2));
     mma_tile::<F>(a, b, B_REGS, acc, comptime!(jj * 2 + 1));
+}
+
+/// Writes this lane's part of accumulator row `group + 8 half` (`half` 0 or 1; `dim / 8`
+/// tiles, padded to 16 columns), times `factor`, as row `row` of the (batch, head) of `out`
+/// starting at `base`. Columns at or past `dim` are not written; the caller checks the row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn store_accumulator_row<F: Float>(
+    out: &mut Tensor<F>,
+    acc: &Array<Pair<f32>>,
+    base: usize,
+    row: u32,
+    lane: Lane,
+    factor: f32,
+    #[comptime] half: u32,
+    #[comptime] dim: u32,
+) {
+    let row_base = base + row as usize * out.stride(2);
+    #[unroll]
+    for j in 0..comptime!(dim.div_ceil(TILE_M) * 2) {
+        let pair = acc[(j * ACC_REGS + half) as usize];
+        #[unroll]
+        for e in 0..2u32 {
+            let col = j * TILE_N + lane.quad * 2 + e;
+            if col < dim {
+                out[row_base + col as usize * out.stride(3)] =
+                    F::cast_from(pair[e as usize] * factor);
+            }
+        }
+    }
 }
 
 /// Max over the four lanes of a row group.
