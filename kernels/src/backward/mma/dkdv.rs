@@ -1,0 +1,272 @@
+//! The mma dK/dV kernel (see the parent module).
+use cubecl::prelude::*;
+
+use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::forward::score_tensors;
+use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
+use crate::primitives::mma::{
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_view, lane,
+    product_with_rows, zero_accumulators,
+};
+use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::problem::AttentionProblem;
+
+use super::{PairTiles, copy_rows, p_and_ds, pair_tiles, write_rows};
+use crate::backward::block_pair::row_stat;
+use crate::backward::config::{BackwardConfig, BackwardKernel};
+use crate::backward::{GradientInputs, score_params};
+
+/// Launches the mma dK/dV kernel. The caller has checked the shapes and that q, k, v, d_out
+/// load in chunks of [`MMA_CHUNK`] elements.
+pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    dk: TensorBinding<R>,
+    dv: TensorBinding<R>,
+    config: BackwardConfig,
+) {
+    debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
+    let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
+    let args = inputs.into_args(client);
+    // SAFETY: shapes, strides and chunking were validated against the problem; global reads
+    // are bounds-checked per row, writes against seq_kv and the dims.
+    unsafe {
+        dkdv_mma_kernel::launch_unchecked::<F, M, R>(
+            client,
+            CubeCount::Static(kv_blocks, problem.heads_total() as u32, 1),
+            CubeDim::new_2d(LANES, config.block_kv / MATRIX_TILE),
+            MMA_CHUNK as usize,
+            args.q,
+            args.k,
+            args.v,
+            args.d_out,
+            args.lse,
+            args.delta,
+            args.mask,
+            args.bias,
+            dk.into_tensor_arg(),
+            dv.into_tensor_arg(),
+            score_params(problem),
+            config,
+        )
+    }
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    dk: &mut Tensor<F>,
+    dv: &mut Tensor<F>,
+    params: ScoreParams,
+    #[comptime] config: BackwardConfig,
+) {
+    let units = comptime!(config.block_kv / MATRIX_TILE * LANES);
+    let heads = q.shape(1) as u32;
+    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
+    let kv_start = CUBE_POS_X * config.block_kv;
+    let plane_row = UNIT_POS_Y * MATRIX_TILE;
+    let lane = lane();
+    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let q_view = chunk_view(q, batch, head);
+    let d_out_view = chunk_view(d_out, batch, head);
+    let mut tiles = pair_tiles::<F, N>(config);
+    let mut lse_tile = SharedMemory::<f32>::new(config.block_q as usize);
+    let mut delta_tile = SharedMemory::<f32>::new(config.block_q as usize);
+    let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
+    let val_tiles = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
+    let mut dk_acc = zero_accumulators(head_tiles);
+    let mut dv_acc = zero_accumulators(val_tiles);
+
+    // Step 1: K and V of this block, once; the first query block's sync makes them visible.
+    copy_rows::<F, N>(
+        k,
+        &chunk_view(k, batch, head),
+        &mut tiles.k,
+        kv_start,
+        config.block_kv,
+        config.head_dim,
+        config.mma_head_stride(),
+        units,
+    );
+    copy_rows::<F, N>(
+        v,
+        &chunk_view(v, batch, head),
+        &mut tiles.v,
+        kv_start,
+        config.block_kv,
+        config.val_dim,
+        config.mma_val_stride(),
+        units,
+    );
+
+    // Step 2: the query blocks that see this block (causal: none above the diagonal).
+    let first_row = first_query_row(kv_start, &params, config.score);
+    let q_blocks = params.seq_q.div_ceil(config.block_q);
+    for q_block in first_row / config.block_q..q_blocks {
+        let q_start = q_block * config.block_q;
+        copy_rows::<F, N>(
+            q,
+            &q_view,
+            &mut tiles.q,
+            q_start,
+            config.block_q,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            d_out,
+            &d_out_view,
+            &mut tiles.d_out,
+            q_start,
+            config.block_q,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
+        if UNIT_POS < config.block_q {
+            lse_tile[UNIT_POS as usize] = row_stat(lse, batch, head, q_start + UNIT_POS);
+            delta_tile[UNIT_POS as usize] = row_stat(delta, batch, head, q_start + UNIT_POS);
+        }
+        sync_cube();
+        // A uniform branch: every unit of the cube takes the same pass.
+        let (block_q, block_kv) = (config.block_q, config.block_kv);
+        if pair_needs_masked_pass(q_start, kv_start, &params, block_q, block_kv, config.score) {
+            accumulate_dkdv::<F, M, N>(
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &lse_tile,
+                &delta_tile,
+                q_start,
+                kv_start + plane_row + lane.group,
+                plane_row,
+                lane,
+                &mut dk_acc,
+                &mut dv_acc,
+                config,
+                true,
+            );
+        } else {
+            accumulate_dkdv::<F, M, N>(
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &lse_tile,
+                &delta_tile,
+                q_start,
+                kv_start + plane_row + lane.group,
+                plane_row,
+                lane,
+                &mut dk_acc,
+                &mut dv_acc,
+                config,
+                false,
+            );
+        }
+        sync_cube();
+    }
+
+    // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
+    let row = kv_start + plane_row + lane.group;
+    write_rows::<F>(
+        dk,
+        &dk_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_kv,
+        params.scale,
+        config.head_dim,
+    );
+    write_rows::<F>(
+        dv,
+        &dv_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_kv,
+        1.0f32,
+        config.val_dim,
+    );
+}
+
+/// One query block of the dK/dV kernel for this plane's 16 key rows (`key_row`: this lane's
+/// first, inside the (batch, head)).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn accumulate_dkdv<F: Float, M: Int, N: Size>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &PairTiles<F, N>,
+    lse_tile: &SharedMemory<f32>,
+    delta_tile: &SharedMemory<f32>,
+    q_start: u32,
+    key_row: u32,
+    plane_row: u32,
+    lane: Lane,
+    dk_acc: &mut Array<Pair<f32>>,
+    dv_acc: &mut Array<Pair<f32>>,
+    #[comptime] config: BackwardConfig,
+    #[comptime] masked_pass: bool,
+) {
+    let q_tiles = comptime!(config.block_q / TILE_N);
+    let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
+    // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
+    let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
+    let mut st = product_with_rows::<F, N>(&tiles.k, plane_row, &tiles.q, hs, head_steps, q_tiles);
+    let mut dpt =
+        product_with_rows::<F, N>(&tiles.v, plane_row, &tiles.d_out, vs, val_steps, q_tiles);
+    // P^T into st, dS^T into dpt. Entry (key row, query column): score(row = query, col = key).
+    #[unroll]
+    for j in 0..q_tiles {
+        #[unroll]
+        for h in 0..2u32 {
+            let at = (j * ACC_REGS + h) as usize;
+            let mut p = st[at];
+            let mut ds = dpt[at];
+            #[unroll]
+            for e in 0..2u32 {
+                let local = j * TILE_N + lane.quad * 2 + e;
+                let (pe, dse) = p_and_ds::<F, M>(
+                    p[e as usize],
+                    ds[e as usize],
+                    lse_tile[local as usize],
+                    delta_tile[local as usize],
+                    q_start + local,
+                    key_row + h * BOTTOM_ROW,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config,
+                    masked_pass,
+                );
+                p[e as usize] = pe;
+                ds[e as usize] = dse;
+            }
+            st[at] = p;
+            dpt[at] = ds;
+        }
+    }
+    // dV += P^T dO, dK += dS^T Q: k runs over the block's query rows.
+    accumulate_product::<F, N>(&st, &tiles.d_out, vs, q_tiles, val_steps, dv_acc);
+    accumulate_product::<F, N>(&dpt, &tiles.q, hs, q_tiles, head_steps, dk_acc);
+}

@@ -1,0 +1,287 @@
+//! The mma dQ kernel (see the parent module).
+use cubecl::prelude::*;
+
+use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::forward::score_tensors;
+use crate::primitives::block_range::kv_block_range_full_rows;
+use crate::primitives::mma::{
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_view, lane,
+    product_with_rows, zero_accumulators,
+};
+use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::problem::AttentionProblem;
+
+use super::{PairTiles, copy_rows, p_and_ds, pair_tiles, write_rows};
+use crate::backward::block_pair::row_stat;
+use crate::backward::config::{BackwardConfig, BackwardKernel};
+use crate::backward::{GradientInputs, score_params};
+
+/// Launches the mma dQ kernel (preconditions as for [`super::flash_attention_backward_dkdv_mma`]).
+pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    dq: TensorBinding<R>,
+    config: BackwardConfig,
+) {
+    debug_assert_eq!(config.kernel, BackwardKernel::Query);
+    let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
+    let args = inputs.into_args(client);
+    // SAFETY: as for dK/dV.
+    unsafe {
+        dq_mma_kernel::launch_unchecked::<F, M, R>(
+            client,
+            CubeCount::Static(q_blocks, problem.heads_total() as u32, 1),
+            CubeDim::new_2d(LANES, config.block_q / MATRIX_TILE),
+            MMA_CHUNK as usize,
+            args.q,
+            args.k,
+            args.v,
+            args.d_out,
+            args.lse,
+            args.delta,
+            args.mask,
+            args.bias,
+            dq.into_tensor_arg(),
+            score_params(problem),
+            config,
+        )
+    }
+}
+
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    dq: &mut Tensor<F>,
+    params: ScoreParams,
+    #[comptime] config: BackwardConfig,
+) {
+    let units = comptime!(config.block_q / MATRIX_TILE * LANES);
+    let heads = q.shape(1) as u32;
+    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
+    let q_block = CUBE_POS_X;
+    let q_start = q_block * config.block_q;
+    let plane_row = UNIT_POS_Y * MATRIX_TILE;
+    let lane = lane();
+    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let k_view = chunk_view(k, batch, head);
+    let v_view = chunk_view(v, batch, head);
+    let mut tiles = pair_tiles::<F, N>(config);
+    let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
+    let mut dq_acc = zero_accumulators(head_tiles);
+
+    // Step 1: Q and dO of this block, once, and this lane's two rows' lse and delta.
+    copy_rows::<F, N>(
+        q,
+        &chunk_view(q, batch, head),
+        &mut tiles.q,
+        q_start,
+        config.block_q,
+        config.head_dim,
+        config.mma_head_stride(),
+        units,
+    );
+    copy_rows::<F, N>(
+        d_out,
+        &chunk_view(d_out, batch, head),
+        &mut tiles.d_out,
+        q_start,
+        config.block_q,
+        config.val_dim,
+        config.mma_val_stride(),
+        units,
+    );
+    let row = q_start + plane_row + lane.group;
+    let stats = RowStats {
+        top_lse: row_stat(lse, batch, head, row),
+        bottom_lse: row_stat(lse, batch, head, row + BOTTOM_ROW),
+        top_delta: row_stat(delta, batch, head, row),
+        bottom_delta: row_stat(delta, batch, head, row + BOTTOM_ROW),
+    };
+
+    // Step 2: the visible key/value blocks, unmasked pass first. A partial query block takes
+    // the masked pass everywhere: its rows past seq_q must not read the mask or bias.
+    let range = kv_block_range_full_rows(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
+    for kv_block in 0..range.first_masked {
+        let kv_start = kv_block * config.block_kv;
+        copy_rows::<F, N>(
+            k,
+            &k_view,
+            &mut tiles.k,
+            kv_start,
+            config.block_kv,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            v,
+            &v_view,
+            &mut tiles.v,
+            kv_start,
+            config.block_kv,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
+        sync_cube();
+        accumulate_dq::<F, M, N>(
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &stats,
+            kv_start,
+            row,
+            plane_row,
+            lane,
+            &mut dq_acc,
+            config,
+            false,
+        );
+        sync_cube();
+    }
+    for kv_block in range.first_masked..range.end {
+        let kv_start = kv_block * config.block_kv;
+        copy_rows::<F, N>(
+            k,
+            &k_view,
+            &mut tiles.k,
+            kv_start,
+            config.block_kv,
+            config.head_dim,
+            config.mma_head_stride(),
+            units,
+        );
+        copy_rows::<F, N>(
+            v,
+            &v_view,
+            &mut tiles.v,
+            kv_start,
+            config.block_kv,
+            config.val_dim,
+            config.mma_val_stride(),
+            units,
+        );
+        sync_cube();
+        accumulate_dq::<F, M, N>(
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &stats,
+            kv_start,
+            row,
+            plane_row,
+            lane,
+            &mut dq_acc,
+            config,
+            true,
+        );
+        sync_cube();
+    }
+
+    // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
+    // (causal with seq_q > seq_kv) write zeros.
+    write_rows::<F>(
+        dq,
+        &dq_acc,
+        batch,
+        head,
+        row,
+        lane,
+        params.seq_q,
+        params.scale,
+        config.head_dim,
+    );
+}
+
+/// The lse and delta of this lane's two query rows.
+#[derive(CubeType, Clone, Copy)]
+struct RowStats {
+    top_lse: f32,
+    bottom_lse: f32,
+    top_delta: f32,
+    bottom_delta: f32,
+}
+
+/// One key/value block of the dQ kernel for this plane's 16 query rows (`query_row`: this
+/// lane's first, inside the (batch, head)).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn accumulate_dq<F: Float, M: Int, N: Size>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &PairTiles<F, N>,
+    stats: &RowStats,
+    kv_start: u32,
+    query_row: u32,
+    plane_row: u32,
+    lane: Lane,
+    dq_acc: &mut Array<Pair<f32>>,
+    #[comptime] config: BackwardConfig,
+    #[comptime] masked_pass: bool,
+) {
+    let kv_tiles = comptime!(config.block_kv / TILE_N);
+    let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
+    // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
+    let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
+    let s = product_with_rows::<F, N>(&tiles.q, plane_row, &tiles.k, hs, head_steps, kv_tiles);
+    let mut dp =
+        product_with_rows::<F, N>(&tiles.d_out, plane_row, &tiles.v, vs, val_steps, kv_tiles);
+    // dS into dp.
+    #[unroll]
+    for j in 0..kv_tiles {
+        #[unroll]
+        for h in 0..2u32 {
+            let at = (j * ACC_REGS + h) as usize;
+            let (row_lse, row_delta) = if h == 0 {
+                (stats.top_lse, stats.top_delta)
+            } else {
+                (stats.bottom_lse, stats.bottom_delta)
+            };
+            let dot = s[at];
+            let mut ds = dp[at];
+            #[unroll]
+            for e in 0..2u32 {
+                let col = kv_start + j * TILE_N + lane.quad * 2 + e;
+                let (_, dse) = p_and_ds::<F, M>(
+                    dot[e as usize],
+                    ds[e as usize],
+                    row_lse,
+                    row_delta,
+                    query_row + h * BOTTOM_ROW,
+                    col,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config,
+                    masked_pass,
+                );
+                ds[e as usize] = dse;
+            }
+            dp[at] = ds;
+        }
+    }
+    // dQ += dS K: k runs over the block's keys.
+    accumulate_product::<F, N>(&dp, &tiles.k, hs, kv_tiles, head_steps, dq_acc);
+}

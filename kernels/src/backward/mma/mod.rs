@@ -1,0 +1,153 @@
+//! The mma backward path: dK/dV and dQ on register-level `mma` (see
+//! [`crate::primitives::mma`] for the fragment layout), FlashAttention-2's Algorithm 2.
+//!
+//! Both kernels give each plane 16 rows of the outer block and keep its gradient accumulators
+//! in registers; the inner block streams through shared memory in 16-byte chunks.
+//!
+//! dK/dV (outer: key/value rows, inner: query blocks). Per query block, for the plane's 16
+//! key rows, everything transposed so that the key row is the accumulator row:
+//! ```text
+//! S^T  = K Q^T        P^T = exp(S^T - lse)       (lse, delta per column)
+//! dP^T = V dO^T       dS^T = P^T ∘ (dP^T - delta) ∘ softcap'
+//! dV  += P^T dO       dK  += dS^T Q              (P^T, dS^T: accumulators reused as A)
+//! ```
+//! dQ (outer: query rows, inner: key/value blocks):
+//! ```text
+//! S = Q K^T   P = exp(S - lse)   dP = dO V^T   dS = P ∘ (dP - delta) ∘ softcap'   dQ += dS K
+//! ```
+//! dK and dQ are multiplied by `scale` once, when written. Every sum runs in a fixed order
+//! (no atomics): reruns are bit-identical. P and dS are rounded to the input type before their
+//! products, as FA-2 does (and as the tolerance rule's plain implementation does).
+use cubecl::prelude::*;
+
+use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::primitives::mma::{
+    BOTTOM_ROW, ChunkView, Lane, Pair, chunk_tile, fetch_rows, staging, store_accumulator_row,
+    store_rows,
+};
+use crate::primitives::precise_math::exp_f32;
+use crate::primitives::score::{
+    ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
+};
+
+use super::config::BackwardConfig;
+
+mod dkdv;
+mod dq;
+
+pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
+pub use dq::{dq_mma_kernel, flash_attention_backward_dq_mma};
+
+/// The chunked shared-memory tiles of one block pair.
+#[derive(CubeType)]
+pub(super) struct PairTiles<F: Float, N: Size> {
+    /// `[block_q, head stride]`.
+    pub(super) q: SharedMemory<Vector<F, N>>,
+    /// `[block_q, val stride]`.
+    pub(super) d_out: SharedMemory<Vector<F, N>>,
+    /// `[block_kv, head stride]`.
+    pub(super) k: SharedMemory<Vector<F, N>>,
+    /// `[block_kv, val stride]`.
+    pub(super) v: SharedMemory<Vector<F, N>>,
+}
+
+#[cube]
+pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: BackwardConfig) -> PairTiles<F, N> {
+    PairTiles::<F, N> {
+        q: chunk_tile::<F, N>(config.block_q, config.mma_head_stride()),
+        d_out: chunk_tile::<F, N>(config.block_q, config.mma_val_stride()),
+        k: chunk_tile::<F, N>(config.block_kv, config.mma_head_stride()),
+        v: chunk_tile::<F, N>(config.block_kv, config.mma_val_stride()),
+    }
+}
+
+/// Copies rows `[first_row, first_row + rows)` of a chunked tensor into a tile (zeros past
+/// the tensor and in the padding). The caller synchronizes.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn copy_rows<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] dim: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+) {
+    let tile_chunks = comptime!(dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK);
+    let mut staged = staging::<F, N>(rows, tile_chunks, units);
+    fetch_rows::<F, N>(
+        tensor,
+        view,
+        &mut staged,
+        first_row,
+        rows,
+        comptime!(dim / MMA_CHUNK),
+        tile_chunks,
+        units,
+    );
+    store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
+}
+
+/// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
+/// delta; both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn p_and_ds<F: Float, M: Int>(
+    dot: f32,
+    dp: f32,
+    row_lse: f32,
+    row_delta: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    #[comptime] config: BackwardConfig,
+    #[comptime] masked_pass: bool,
+) -> (f32, f32) {
+    let logit = score::<F, M>(
+        dot,
+        row,
+        col,
+        params,
+        tensors,
+        mask,
+        bias,
+        config.score,
+        masked_pass,
+    );
+    let mut p = exp_f32(logit - row_lse, false);
+    if comptime!(masked_pass) {
+        p = select(is_masked_logit(logit), 0.0f32, p);
+    }
+    let capped = scaled_logit(dot, params, config.score);
+    let ds = p * (dp - row_delta) * softcap_derivative(capped, params, config.score);
+    (p, ds)
+}
+
+/// Writes this lane's two rows (`row`, `row + 8`) of a gradient accumulated as `dim / 8`
+/// tiles, times `factor`; rows at or past `rows` and columns past `dim` are not written.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_rows<F: Float>(
+    out: &mut Tensor<F>,
+    acc: &Array<Pair<f32>>,
+    batch: u32,
+    head: u32,
+    row: u32,
+    lane: Lane,
+    rows: u32,
+    factor: f32,
+    #[comptime] dim: u32,
+) {
+    let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
+    if row < rows {
+        store_accumulator_row::<F>(out, acc, base, row, lane, factor, 0u32, dim);
+    }
+    if row + BOTTOM_ROW < rows {
+        store_accumulator_row::<F>(out, acc, base, row + BOTTOM_ROW, lane, factor, 1u32, dim);
+    }
+}
