@@ -23,8 +23,8 @@ use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
 use crate::primitives::mma::{
     A_REGS, ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product,
-    chunk_tile, chunk_view, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair, quad_max,
-    quad_sum, staging, store_accumulator_row, store_rows, zero_accumulators,
+    chunk_tile, chunk_view, copy_rows, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair,
+    quad_max, quad_sum, staging, store_accumulator_row, store_rows, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -126,22 +126,13 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     };
 
     // Step 1: the query block into shared memory, then this plane's A fragments, once.
-    let mut q_staged = staging::<F, N>(config.block_q, head_chunks, units);
-    fetch_rows::<F, N>(
+    copy_rows::<F, N>(
         q,
         &chunk_view(q, batch, head),
-        &mut q_staged,
+        &mut tiles.q,
         q_start,
         config.block_q,
-        comptime!(config.head_dim / MMA_CHUNK),
-        head_chunks,
-        units,
-    );
-    store_rows::<F, N>(
-        &q_staged,
-        &mut tiles.q,
-        config.block_q,
-        head_chunks,
+        config.head_dim,
         config.mma_head_stride(),
         units,
     );

@@ -27,6 +27,8 @@ pub const LANES: u32 = 32;
 pub const TILE_M: u32 = 16;
 /// Columns of one accumulator tile (the mma's n).
 pub const TILE_N: u32 = 8;
+/// Elements of one 16-byte chunk of f16/bf16 (a global load, an `ldmatrix` row).
+const CHUNK: u32 = crate::config::MMA_CHUNK;
 /// A lane's second accumulator row is this far below its first (`group + 8`).
 pub const BOTTOM_ROW: u32 = TILE_M / 2;
 /// Rows of one 8x8 matrix of `ldmatrix` (each addressed by one lane of an 8-lane phase).
@@ -350,6 +352,35 @@ pub fn store_rows<F: Float, N: Size>(
             tile[(row * stride + chunk) as usize] = staged[i as usize];
         }
     }
+}
+
+/// Copies rows `[first_row, first_row + rows)` of a chunked tensor into a tile (zeros past
+/// the tensor and in the padding). The caller synchronizes.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn copy_rows<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] dim: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+) {
+    let tile_chunks = comptime!(dim.next_multiple_of(TILE_M) / CHUNK);
+    let mut staged = staging::<F, N>(rows, tile_chunks, units);
+    fetch_rows::<F, N>(
+        tensor,
+        view,
+        &mut staged,
+        first_row,
+        rows,
+        comptime!(dim / CHUNK),
+        tile_chunks,
+        units,
+    );
+    store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
 }
 
 /// Registers for [`fetch_rows`] of `rows * tile_chunks` chunks over `units` units.

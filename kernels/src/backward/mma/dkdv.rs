@@ -5,13 +5,13 @@ use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_view, lane,
-    product_with_rows, zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_view, copy_rows,
+    lane, product_with_rows, zero_accumulators,
 };
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, copy_rows, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};

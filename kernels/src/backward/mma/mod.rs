@@ -20,11 +20,7 @@
 //! products, as FA-2 does (and as the tolerance rule's plain implementation does).
 use cubecl::prelude::*;
 
-use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::primitives::mma::{
-    BOTTOM_ROW, ChunkView, Lane, Pair, chunk_tile, fetch_rows, staging, store_accumulator_row,
-    store_rows,
-};
+use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, chunk_tile, store_accumulator_row};
 use crate::primitives::precise_math::exp_f32;
 use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
@@ -59,35 +55,6 @@ pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: BackwardConfig) 
         k: chunk_tile::<F, N>(config.block_kv, config.mma_head_stride()),
         v: chunk_tile::<F, N>(config.block_kv, config.mma_val_stride()),
     }
-}
-
-/// Copies rows `[first_row, first_row + rows)` of a chunked tensor into a tile (zeros past
-/// the tensor and in the padding). The caller synchronizes.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn copy_rows<F: Float, N: Size>(
-    tensor: &Tensor<Vector<F, N>>,
-    view: &ChunkView,
-    tile: &mut SharedMemory<Vector<F, N>>,
-    first_row: u32,
-    #[comptime] rows: u32,
-    #[comptime] dim: u32,
-    #[comptime] stride: u32,
-    #[comptime] units: u32,
-) {
-    let tile_chunks = comptime!(dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK);
-    let mut staged = staging::<F, N>(rows, tile_chunks, units);
-    fetch_rows::<F, N>(
-        tensor,
-        view,
-        &mut staged,
-        first_row,
-        rows,
-        comptime!(dim / MMA_CHUNK),
-        tile_chunks,
-        units,
-    );
-    store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
 }
 
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
