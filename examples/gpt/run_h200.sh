@@ -36,9 +36,27 @@ train() {
   local variant="$1"
   unpack "$variant" || return 1
   echo "== $variant: gpt2-small, batch $batch, $steps steps, seed $seed, $data"
-  timeout "$phase_timeout" "$bin/flash-gpt-$variant" train --preset gpt2-small --batch "$batch" \
-    --steps "$steps" --seed "$seed" --data "$data" --csv "$out/$variant.csv" --quiet \
-    2>&1 | tee "$out/$variant.log"
+  # CubeCL logs each kernel it compiles (cubecl.toml in the working directory); a sampler
+  # records every 10 s how many were compiled and how many steps were done, so a run cut by
+  # the timeout still says where its time went.
+  local work
+  work="$(mktemp -d)"
+  printf '[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
+    "$(realpath "$out")/$variant-compiled.log" >"$work/cubecl.toml"
+  (
+    while sleep 10; do
+      echo "$(date +%T) compiled $(grep -c . "$out/$variant-compiled.log" 2>/dev/null || echo 0)" \
+        "csv_rows $(grep -c . "$out/$variant.csv" 2>/dev/null || echo 0)"
+    done
+  ) >"$out/$variant-progress.txt" &
+  local sampler=$!
+  (cd "$work" && timeout "$phase_timeout" "$bin/flash-gpt-$variant" train --preset gpt2-small \
+    --batch "$batch" --steps "$steps" --seed "$seed" --data "$(realpath "$data")" \
+    --csv "$(realpath "$out")/$variant.csv" --quiet) 2>&1 | tee "$out/$variant.log"
+  local status=${PIPESTATUS[0]}
+  kill "$sampler" 2>/dev/null
+  rm -rf "$work"
+  return "$status"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
