@@ -7,7 +7,7 @@
 #   STEP: ptests | ktests | conformance | speed | quick | memory | anchors | tune
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
-# mma forward (BURN_FLASH_MMA=planes,block_kv[,plane_rows]) and backward
+# mma forward (BURN_FLASH_MMA=planes,block_kv) and backward
 # (BURN_FLASH_MMA_BWD=planes,inner).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,11 +58,11 @@ for s in "$@"; do
     memory) step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     tune)
-      for cfg in ${TUNE_FWD:-4,64,32 4,32,32 2,64,32 8,64 8,32}; do
+      for cfg in ${TUNE_FWD:-8,64 8,32 4,64}; do
         BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
         sed "s/^/$cfg;/" "$OUT/tune-fwd-${cfg//,/x}.log" | grep -v impl
       done
-      for cfg in ${TUNE_BWD:-4,64 4,32 8,32}; do
+      for cfg in ${TUNE_BWD:-4,64 4,32 8,64}; do
         BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only
         sed "s/^/$cfg;/" "$OUT/tune-bwd-${cfg//,/x}.log" | grep "fwd+bwd"
       done ;;

@@ -22,10 +22,9 @@ use cubecl::prelude::*;
 use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
 use crate::primitives::mma::{
-    A_REGS, ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment,
-    accumulate_product, chunk_tile, chunk_view, copy_rows, fetch_rows, lane, load_a,
-    load_b_by_rows, mma_tile_pair, quad_max, quad_sum, staging, store_accumulator_row, store_rows,
-    zero_accumulators,
+    A_REGS, ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product,
+    chunk_tile, chunk_view, copy_rows, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair,
+    quad_max, quad_sum, staging, store_accumulator_row, store_rows, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -71,49 +70,15 @@ struct Staged<F: Float, N: Size> {
     v: Array<Vector<F, N>>,
 }
 
-/// The running state of this lane's query rows: rows `group` and `group + 8` of each of the
-/// plane's row tiles (`2 t` and `2 t + 1` for row tile `t`).
+/// The running state of this lane's two query rows.
 #[derive(CubeType)]
 struct Rows {
-    /// Running maxima (see [`OnlineSoftmax`]).
-    row_max: Array<f32>,
-    /// Running sums, per lane until the end.
-    row_sum: Array<f32>,
-    /// O accumulators: row tile `t` holds tiles `[t val_tiles, (t + 1) val_tiles)`.
+    /// Row `group` of the plane's 16.
+    top: OnlineSoftmax,
+    /// Row `group + 8`.
+    bottom: OnlineSoftmax,
+    /// O accumulators, `val_dim_tile / 8` tiles.
     acc: Array<Pair<f32>>,
-}
-
-#[cube]
-impl Rows {
-    fn new(#[comptime] row_tiles: u32, #[comptime] val_tiles: u32) -> Rows {
-        let count = comptime!((2 * row_tiles) as usize);
-        let mut row_max = Array::<f32>::new(count);
-        let mut row_sum = Array::<f32>::new(count);
-        #[unroll]
-        for i in 0..count {
-            let fresh = OnlineSoftmax::new();
-            row_max[i] = fresh.row_max;
-            row_sum[i] = fresh.row_sum;
-        }
-        Rows {
-            row_max,
-            row_sum,
-            acc: zero_accumulators(comptime!(row_tiles * val_tiles)),
-        }
-    }
-
-    /// The softmax statistics of row `i`.
-    fn softmax(&self, #[comptime] i: u32) -> OnlineSoftmax {
-        OnlineSoftmax {
-            row_max: self.row_max[i as usize],
-            row_sum: self.row_sum[i as usize],
-        }
-    }
-
-    fn keep(&mut self, softmax: &OnlineSoftmax, #[comptime] i: u32) {
-        self.row_max[i as usize] = softmax.row_max;
-        self.row_sum[i as usize] = softmax.row_sum;
-    }
 }
 
 #[cube(launch_unchecked)]
@@ -131,8 +96,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 ) {
     let units = comptime!(config.units());
     let head_chunks = comptime!(config.head_dim_tile() / MMA_CHUNK);
-    let row_tiles = comptime!(config.mma_row_tiles());
-    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
     // Causal: the last query blocks see the most keys; launching them first keeps the tail
     // of the grid short (FA-2 does the same).
     let mut q_block = CUBE_POS_X;
@@ -142,7 +105,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q;
-    let plane_row = UNIT_POS_Y * comptime!(row_tiles * MATRIX_TILE);
+    let plane_row = UNIT_POS_Y * MATRIX_TILE;
     let lane = lane();
     let k_view = chunk_view(k, batch, head);
     let v_view = chunk_view(v, batch, head);
@@ -162,8 +125,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         ),
     };
 
-    // Step 1: the query block into shared memory, then (if they fit) this plane's A
-    // fragments, once.
+    // Step 1: the query block into shared memory, then this plane's A fragments, once.
     copy_rows::<F, N>(
         q,
         &chunk_view(q, batch, head),
@@ -175,9 +137,21 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         units,
     );
     sync_cube();
-    let q_frags = query_fragments::<F, N>(&tiles.q, plane_row, config);
+    let mut q_frags = Array::<Pair<F>>::new(comptime!((A_REGS * head_chunks / 2) as usize));
+    #[unroll]
+    for kk in 0..comptime!(head_chunks / 2) {
+        let frag = load_a::<F, N>(&tiles.q, plane_row, config.mma_head_stride(), kk);
+        #[unroll]
+        for r in 0..A_REGS {
+            q_frags[(kk * A_REGS + r) as usize] = frag[r as usize];
+        }
+    }
 
-    let mut rows = Rows::new(row_tiles, val_tiles);
+    let mut rows = Rows {
+        top: OnlineSoftmax::new(),
+        bottom: OnlineSoftmax::new(),
+        acc: zero_accumulators(comptime!(config.val_dim_tile() / TILE_N)),
+    };
 
     // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
     let range = kv_block_range(
@@ -206,7 +180,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &range,
             kv_block,
             first_row,
-            plane_row,
             lane,
             &q_frags,
             &mut tiles,
@@ -229,7 +202,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &range,
             kv_block,
             first_row,
-            plane_row,
             lane,
             &q_frags,
             &mut tiles,
@@ -242,101 +214,31 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 
     // Step 3: the four lanes of a row group hold partial row sums; sum them, normalize once,
     // write O and the log-sum-exp.
-    #[unroll]
-    for t in 0..row_tiles {
-        #[unroll]
-        for half in 0..2u32 {
-            let i = t * 2 + half;
-            let mut softmax = rows.softmax(i);
-            softmax.row_sum = quad_sum(softmax.row_sum);
-            write_row::<F>(
-                o,
-                lse,
-                &rows.acc,
-                &softmax,
-                batch,
-                head,
-                first_row + t * TILE_M + half * BOTTOM_ROW,
-                lane,
-                comptime!(t * val_tiles),
-                half,
-                params.seq_q,
-                config,
-            );
-        }
-    }
+    rows.top.row_sum = quad_sum(rows.top.row_sum);
+    rows.bottom.row_sum = quad_sum(rows.bottom.row_sum);
+    let seq_q = params.seq_q;
+    write_row::<F>(
+        o, lse, &rows.acc, &rows.top, batch, head, first_row, lane, 0u32, seq_q, config,
+    );
+    write_row::<F>(
+        o,
+        lse,
+        &rows.acc,
+        &rows.bottom,
+        batch,
+        head,
+        first_row + BOTTOM_ROW,
+        lane,
+        1u32,
+        seq_q,
+        config,
+    );
 }
 
 /// Position `pos` of `count`, counted from the end.
 #[cube]
 fn reversed(pos: u32, count: u32) -> u32 {
     count - 1 - pos
-}
-
-/// The plane's Q A fragments, `[(t head_steps + kk) A_REGS ..]` for row tile `t` and k-step
-/// `kk`, when they stay in registers (an unused single register otherwise).
-#[cube]
-fn query_fragments<F: Float, N: Size>(
-    q_tile: &SharedMemory<Vector<F, N>>,
-    plane_row: u32,
-    #[comptime] config: FlashConfig,
-) -> Array<Pair<F>> {
-    let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
-    let row_tiles = comptime!(config.mma_row_tiles());
-    let in_registers = comptime!(config.mma_q_in_registers());
-    let count = comptime!(if in_registers {
-        A_REGS * head_steps * row_tiles
-    } else {
-        1
-    });
-    let mut frags = Array::<Pair<F>>::new(count as usize);
-    if comptime!(in_registers) {
-        #[unroll]
-        for t in 0..row_tiles {
-            #[unroll]
-            for kk in 0..head_steps {
-                let frag =
-                    load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
-                #[unroll]
-                for r in 0..A_REGS {
-                    frags[((t * head_steps + kk) * A_REGS + r) as usize] = frag[r as usize];
-                }
-            }
-        }
-    }
-    frags
-}
-
-/// The A fragments of k-step `kk` for every row tile (`[t A_REGS ..]`), from registers or
-/// from the shared Q tile.
-#[cube]
-fn query_step<F: Float, N: Size>(
-    q_frags: &Array<Pair<F>>,
-    q_tile: &SharedMemory<Vector<F, N>>,
-    plane_row: u32,
-    #[comptime] kk: u32,
-    #[comptime] config: FlashConfig,
-) -> Array<Pair<F>> {
-    let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
-    let row_tiles = comptime!(config.mma_row_tiles());
-    let mut step = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
-    #[unroll]
-    for t in 0..row_tiles {
-        if comptime!(config.mma_q_in_registers()) {
-            #[unroll]
-            for r in 0..A_REGS {
-                step[(t * A_REGS + r) as usize] =
-                    q_frags[((t * head_steps + kk) * A_REGS + r) as usize];
-            }
-        } else {
-            let frag = load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
-            #[unroll]
-            for r in 0..A_REGS {
-                step[(t * A_REGS + r) as usize] = frag[r as usize];
-            }
-        }
-    }
-    step
 }
 
 /// One iteration of the main loop (see the module doc). `first_row` is this lane's top row
@@ -355,7 +257,6 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     range: &KvBlockRange,
     kv_block: u32,
     first_row: u32,
-    plane_row: u32,
     lane: Lane,
     q_frags: &Array<Pair<F>>,
     tiles: &mut Tiles<F, N>,
@@ -365,9 +266,8 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);
-    let kv_pairs = comptime!(kv_tiles / 2);
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
-    let row_tiles = comptime!(config.mma_row_tiles());
+    let kv_start = kv_block * config.block_kv;
     let next = kv_block + 1;
     let has_next = next < range.end;
 
@@ -376,101 +276,39 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         stage_block::<F, N>(k, v, k_view, v_view, staged, next, config);
     }
 
-    // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
-    // t kv_tiles); each K fragment feeds every row tile.
-    let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
+    // S = Q K^T: one 16 x 8 accumulator tile per 8 keys.
+    let mut s = zero_accumulators(kv_tiles);
     #[unroll]
     for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-        let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
+        let mut a = Array::<Pair<F>>::new(A_REGS as usize);
         #[unroll]
-        for jj in 0..kv_pairs {
+        for r in 0..A_REGS {
+            a[r as usize] = q_frags[(kk * A_REGS + r) as usize];
+        }
+        #[unroll]
+        for jj in 0..comptime!(kv_tiles / 2) {
             let b = load_b_by_rows::<F, N>(&tiles.k, jj * TILE_M, config.mma_head_stride(), kk);
-            #[unroll]
-            for t in 0..row_tiles {
-                let a = a_fragment::<F>(&a_step, t);
-                mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
-            }
+            mma_tile_pair::<F>(&a, &b, &mut s, jj);
         }
     }
 
-    #[unroll]
-    for t in 0..row_tiles {
-        softmax_row_tile::<F, M>(
-            &mut s,
-            rows,
-            mask,
-            bias,
-            params,
-            tensors,
-            kv_block * config.block_kv,
-            first_row + t * TILE_M,
-            lane,
-            t,
-            config,
-            masked_pass,
-        );
-    }
-
-    // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
-    accumulate_product::<F, N>(
-        &s,
-        &tiles.v,
-        config.mma_val_stride(),
-        kv_tiles,
-        comptime!(val_tiles / 2),
-        row_tiles,
-        &mut rows.acc,
-    );
-
-    // Every plane is done reading this block's K and V before the next block overwrites them.
-    sync_cube();
-    if has_next {
-        store_block::<F, N>(staged, tiles, config);
-    }
-    sync_cube();
-}
-
-/// Logits, then the online softmax of the top and bottom rows of row tile `t` (this lane's
-/// rows `top_row` and `top_row + 8`), and the rescale of their O accumulators. Rows past
-/// seq_q compute as the last row (reads stay in bounds) and are never written.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn softmax_row_tile<F: Float, M: Int>(
-    s: &mut Array<Pair<f32>>,
-    rows: &mut Rows,
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    kv_start: u32,
-    top_row: u32,
-    lane: Lane,
-    #[comptime] t: u32,
-    #[comptime] config: FlashConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let kv_tiles = comptime!(config.block_kv / TILE_N);
-    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
-    let first_s = comptime!(t * kv_tiles);
-    let top = min(top_row, params.seq_q - 1);
-    let bottom = min(top_row + BOTTOM_ROW, params.seq_q - 1);
+    // Logits, then the online softmax of the top and bottom rows. Rows past seq_q compute as
+    // the last row (reads stay in bounds) and are never written.
+    let top_row = min(first_row, params.seq_q - 1);
+    let bottom_row = min(first_row + BOTTOM_ROW, params.seq_q - 1);
     let mut top_max = f32::new(MASKED_LOGIT);
     let mut bottom_max = top_max;
     #[unroll]
     for j in 0..kv_tiles {
         let col = kv_start + j * TILE_N + lane.quad * 2;
-        let (at_upper, at_lower) = (
-            ((first_s + j) * ACC_REGS) as usize,
-            ((first_s + j) * ACC_REGS + 1) as usize,
-        );
-        let mut upper = s[at_upper];
-        let mut lower = s[at_lower];
+        let mut upper = s[(j * ACC_REGS) as usize];
+        let mut lower = s[(j * ACC_REGS + 1) as usize];
         #[unroll]
         for e in 0..2u32 {
             let (at, column) = (e as usize, col + e);
             upper[at] = score::<F, M>(
                 upper[at],
-                top,
+                top_row,
                 column,
                 params,
                 tensors,
@@ -481,7 +319,7 @@ fn softmax_row_tile<F: Float, M: Int>(
             );
             lower[at] = score::<F, M>(
                 lower[at],
-                bottom,
+                bottom_row,
                 column,
                 params,
                 tensors,
@@ -493,48 +331,53 @@ fn softmax_row_tile<F: Float, M: Int>(
             top_max = max(top_max, upper[at]);
             bottom_max = max(bottom_max, lower[at]);
         }
-        s[at_upper] = upper;
-        s[at_lower] = lower;
+        s[(j * ACC_REGS) as usize] = upper;
+        s[(j * ACC_REGS + 1) as usize] = lower;
     }
-    let mut top_softmax = rows.softmax(comptime!(2 * t));
-    let mut bottom_softmax = rows.softmax(comptime!(2 * t + 1));
-    let top_alpha = top_softmax.rescale(quad_max(top_max), false);
-    let bottom_alpha = bottom_softmax.rescale(quad_max(bottom_max), false);
+    let top_alpha = rows.top.rescale(quad_max(top_max), false);
+    let bottom_alpha = rows.bottom.rescale(quad_max(bottom_max), false);
     let mut top_sum = 0.0f32;
     let mut bottom_sum = 0.0f32;
     #[unroll]
     for j in 0..kv_tiles {
-        let (at_upper, at_lower) = (
-            ((first_s + j) * ACC_REGS) as usize,
-            ((first_s + j) * ACC_REGS + 1) as usize,
-        );
-        let mut upper = s[at_upper];
-        let mut lower = s[at_lower];
+        let mut upper = s[(j * ACC_REGS) as usize];
+        let mut lower = s[(j * ACC_REGS + 1) as usize];
         #[unroll]
         for e in 0..2u32 {
             let at = e as usize;
-            upper[at] = top_softmax.probability(upper[at], masked_pass, false);
-            lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
+            upper[at] = rows.top.probability(upper[at], masked_pass, false);
+            lower[at] = rows.bottom.probability(lower[at], masked_pass, false);
             top_sum += upper[at];
             bottom_sum += lower[at];
         }
-        s[at_upper] = upper;
-        s[at_lower] = lower;
+        s[(j * ACC_REGS) as usize] = upper;
+        s[(j * ACC_REGS + 1) as usize] = lower;
     }
-    top_softmax.accumulate(top_sum);
-    bottom_softmax.accumulate(bottom_sum);
-    rows.keep(&top_softmax, comptime!(2 * t));
-    rows.keep(&bottom_softmax, comptime!(2 * t + 1));
-    let first_o = comptime!(t * val_tiles);
+    rows.top.accumulate(top_sum);
+    rows.bottom.accumulate(bottom_sum);
     #[unroll]
     for j in 0..val_tiles {
-        let (upper, lower) = (
-            ((first_o + j) * ACC_REGS) as usize,
-            ((first_o + j) * ACC_REGS + 1) as usize,
-        );
+        let (upper, lower) = ((j * ACC_REGS) as usize, (j * ACC_REGS + 1) as usize);
         rows.acc[upper] = rows.acc[upper] * Pair::<f32>::new(top_alpha);
         rows.acc[lower] = rows.acc[lower] * Pair::<f32>::new(bottom_alpha);
     }
+
+    // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
+    accumulate_product::<F, N>(
+        &s,
+        &tiles.v,
+        config.mma_val_stride(),
+        kv_tiles,
+        comptime!(val_tiles / 2),
+        &mut rows.acc,
+    );
+
+    // Every plane is done reading this block's K and V before the next block overwrites them.
+    sync_cube();
+    if has_next {
+        store_block::<F, N>(staged, tiles, config);
+    }
+    sync_cube();
 }
 
 /// Fetches the K and V rows of block `kv_block` into `staged`.
@@ -602,8 +445,7 @@ fn store_block<F: Float, N: Size>(
     );
 }
 
-/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`, of
-/// the row tile whose O accumulators start at tile `first_tile`) of O,
+/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`) of O,
 /// and its log-sum-exp from the first lane of the row group.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -616,7 +458,6 @@ fn write_row<F: Float>(
     head: u32,
     row: u32,
     lane: Lane,
-    #[comptime] first_tile: u32,
     #[comptime] half: u32,
     seq_q: u32,
     #[comptime] config: FlashConfig,
@@ -624,17 +465,7 @@ fn write_row<F: Float>(
     if row < seq_q {
         let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
         let normalizer = softmax.normalizer();
-        store_accumulator_row::<F>(
-            o,
-            acc,
-            base,
-            row,
-            lane,
-            normalizer,
-            first_tile,
-            half,
-            config.val_dim,
-        );
+        store_accumulator_row::<F>(o, acc, base, row, lane, normalizer, half, config.val_dim);
         if lane.quad == 0 {
             let at = batch as usize * lse.stride(0)
                 + head as usize * lse.stride(1)
