@@ -17,10 +17,13 @@ use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
 /// columns, few enough that the per-row reductions through shared memory stay short.
 const PORTABLE_MIN_UNITS_PER_ROW: u32 = 4;
-/// Most O accumulators one unit keeps in registers on the portable path; wider val_dims get
-/// more units per row. Beyond this, lavapipe's per-invocation stacks overflow (whole cubes then
-/// write nothing) and GPUs spill registers.
-const PORTABLE_MAX_OUT_COLS_PER_UNIT: u32 = 32;
+/// O accumulators one unit keeps in registers on the portable path, preferred and at most;
+/// wider val_dims get more units per row. At 32, f16 variants with head_dim 128 spilled 2-8
+/// VGPRs on gfx942 (docs/HIP.md, known gap 2), so 16 is preferred; 32 is kept where 16 leaves
+/// no block that fits the shared memory (more units per row need wider key blocks: head_dim
+/// 256 in lavapipe's 32 KiB). Beyond 32, lavapipe's per-invocation stacks overflow (whole
+/// cubes then write nothing).
+const PORTABLE_OUT_COLS_PER_UNIT: [u32; 2] = [16, 32];
 /// Block sizes tried, largest first: powers of two keep the cube a whole number of planes on
 /// every device; 8 is the smallest that still fills a lavapipe plane with 4 units per row.
 const BLOCK_CANDIDATES: [u32; 4] = [64, 32, 16, 8];
@@ -248,11 +251,10 @@ fn useful_block(n: usize) -> u32 {
 }
 
 /// Units per query row on the portable path: a power of two, at least
-/// PORTABLE_MIN_UNITS_PER_ROW, enough that no unit holds more than
-/// PORTABLE_MAX_OUT_COLS_PER_UNIT O columns.
-fn portable_units_per_row(val_dim: u32) -> u32 {
+/// PORTABLE_MIN_UNITS_PER_ROW, enough that no unit holds more than `out_cols` O columns.
+fn portable_units_per_row(val_dim: u32, out_cols: u32) -> u32 {
     val_dim
-        .div_ceil(PORTABLE_MAX_OUT_COLS_PER_UNIT)
+        .div_ceil(out_cols)
         .next_power_of_two()
         .max(PORTABLE_MIN_UNITS_PER_ROW)
 }
@@ -267,7 +269,7 @@ fn portable_config(
         block_kv: 0,
         head_dim: problem.head_dim as u32,
         val_dim: problem.val_dim as u32,
-        units_per_row: portable_units_per_row(problem.val_dim as u32),
+        units_per_row: 0,
         plane_size: props.hardware.plane_size_max,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
@@ -281,24 +283,27 @@ fn portable_config(
         },
         score: score_options(problem),
     };
-    let lanes = base.units_per_row;
-    // At least one whole plane of units (a 32-unit cube would leave half a wave64 idle).
-    let whole_plane = props.hardware.plane_size_max.div_ceil(lanes);
-    let max_q = useful_block(problem.seq_q).max(whole_plane);
     let max_kv = useful_block(problem.seq_kv);
-    for block_q in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_q) {
-        // Every unit of a row owns at least one S column: block_kv >= units_per_row.
-        for block_kv in BLOCK_CANDIDATES
-            .into_iter()
-            .filter(|&b| b <= max_kv.max(lanes) && b >= lanes)
-        {
-            let config = FlashConfig {
-                block_q,
-                block_kv,
-                ..base
-            };
-            if fits(props, &config) {
-                return Ok(config);
+    for out_cols in PORTABLE_OUT_COLS_PER_UNIT {
+        let lanes = portable_units_per_row(problem.val_dim as u32, out_cols);
+        // At least one whole plane of units (a 32-unit cube would leave half a wave64 idle).
+        let whole_plane = props.hardware.plane_size_max.div_ceil(lanes);
+        let max_q = useful_block(problem.seq_q).max(whole_plane);
+        for block_q in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_q) {
+            // Every unit of a row owns at least one S column: block_kv >= units_per_row.
+            for block_kv in BLOCK_CANDIDATES
+                .into_iter()
+                .filter(|&b| b <= max_kv.max(lanes) && b >= lanes)
+            {
+                let config = FlashConfig {
+                    block_q,
+                    block_kv,
+                    units_per_row: lanes,
+                    ..base
+                };
+                if fits(props, &config) {
+                    return Ok(config);
+                }
             }
         }
     }

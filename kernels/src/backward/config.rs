@@ -226,9 +226,14 @@ pub fn score_options(problem: &AttentionProblem) -> ScoreOptions {
     }
 }
 
+/// Smallest block the planner starts from, however short the sequence: blocks of 1-4 rows
+/// leave most of a 128-unit cube idle and, at head_dim 128, spilled scalar registers on gfx942
+/// (docs/HIP.md, known gap 2). Smaller candidates remain for fitting wide heads.
+const SMALLEST_USEFUL_BLOCK: u32 = 8;
+
 /// Largest candidate block not much larger than the sequence: bigger blocks only idle units.
 fn useful_block(seq: usize) -> u32 {
-    (seq.next_power_of_two() as u32).min(BLOCK_CANDIDATES[0])
+    (seq.next_power_of_two() as u32).clamp(SMALLEST_USEFUL_BLOCK, BLOCK_CANDIDATES[0])
 }
 
 /// Picks the largest block pair that fits the device's shared memory, cube size and the
