@@ -41,8 +41,11 @@ train() {
   # the timeout still says where its time went.
   local work
   work="$(mktemp -d)"
-  printf '[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
-    "$(realpath "$out")/$variant-compiled.log" >"$work/cubecl.toml"
+  # The PTX of every compiled kernel is cached under target/ (kept between calls on a warm
+  # machine): a later phase or call compiles only what no earlier one did.
+  mkdir -p target/gpt-ptx-cache
+  printf '[compilation]\ncache = { file = "%s" }\n\n[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
+    "$(realpath target/gpt-ptx-cache)" "$(realpath "$out")/$variant-compiled.log" >"$work/cubecl.toml"
   (
     while sleep 10; do
       echo "$(date +%T) compiled $(grep -c . "$out/$variant-compiled.log" 2>/dev/null || echo 0)" \
