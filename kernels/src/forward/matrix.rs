@@ -19,7 +19,8 @@ use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, head_view, load_tile};
 
-use super::{ForwardArgs, UnitRole, score_tensors, softmax_block, unit_role, write_outputs};
+use super::unit_rows::{UnitRole, softmax_block, unit_role, write_outputs};
+use super::{ForwardArgs, score_tensors};
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
 /// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).

@@ -14,7 +14,8 @@ use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, head_view, load_tile};
 
-use super::{ForwardArgs, UnitRole, score_tensors, softmax_block, unit_role, write_outputs};
+use super::unit_rows::{UnitRole, softmax_block, unit_role, write_outputs};
+use super::{ForwardArgs, score_tensors};
 
 /// Launches the portable kernel. The caller (`flash_attention_forward`) has validated the
 /// problem and picked `config`.

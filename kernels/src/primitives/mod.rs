@@ -3,13 +3,15 @@
 //! - [`score`]: the logit transform (scale, softcap, mask, causal, bias) shared by forward and
 //!   backward.
 //! - [`dot`]: f32 dot products of shared-memory rows.
-//! - [`mma`]: register-level 16x8x16 mma fragments, chunked tiles, `ldmatrix` loads.
+//! - [`mma`]: register-level 16x8x16 mma fragments, `ldmatrix` loads.
+//! - [`chunk_io`]: 16-byte-chunk rows between global memory, registers and padded tiles.
 //! - [`online_softmax`]: running max / sum with the `alpha` rescale.
 //! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
 //! - [`tile_io`]: strided global tiles to shared memory.
 pub mod block_range;
+pub mod chunk_io;
 pub mod dot;
 pub mod mma;
 pub mod online_softmax;

@@ -4,9 +4,10 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
+use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, chunk_view, copy_rows,
-    lane, product_with_rows, zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
+    zero_accumulators,
 };
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;

@@ -20,7 +20,8 @@
 //! products, as FA-2 does (and as the tolerance rule's plain implementation does).
 use cubecl::prelude::*;
 
-use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, chunk_tile, store_accumulator_row};
+use crate::primitives::chunk_io::chunk_tile;
+use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, store_accumulator_row};
 use crate::primitives::precise_math::exp_f32;
 use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,

@@ -21,15 +21,18 @@ use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
+use crate::primitives::chunk_io::{ChunkView, chunk_tile, chunk_view, copy_rows, staging};
 use crate::primitives::mma::{
-    A_REGS, ACC_REGS, BOTTOM_ROW, ChunkView, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product,
-    chunk_tile, chunk_view, copy_rows, fetch_rows, lane, load_a, load_b_by_rows, mma_tile_pair,
-    quad_max, quad_sum, staging, store_accumulator_row, store_rows, zero_accumulators,
+    A_REGS, ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product, lane,
+    load_a, load_b_by_rows, mma_tile_pair, quad_max, quad_sum, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 
 use super::{ForwardArgs, score_tensors};
+use io::{Staged, stage_block, store_block, write_row};
+
+mod io;
 
 /// Launches the mma kernel. The caller has validated the problem, checked the device and
 /// that q, k, v load in chunks of `chunk` elements.
@@ -61,13 +64,6 @@ struct Tiles<F: Float, N: Size> {
     k: SharedMemory<Vector<F, N>>,
     /// `[block_kv, val stride]`: one value block.
     v: SharedMemory<Vector<F, N>>,
-}
-
-/// The next key/value block, in flight from global memory to shared memory.
-#[derive(CubeType)]
-struct Staged<F: Float, N: Size> {
-    k: Array<Vector<F, N>>,
-    v: Array<Vector<F, N>>,
 }
 
 /// The running state of this lane's two query rows.
@@ -378,99 +374,4 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         store_block::<F, N>(staged, tiles, config);
     }
     sync_cube();
-}
-
-/// Fetches the K and V rows of block `kv_block` into `staged`.
-#[cube]
-fn stage_block<F: Float, N: Size>(
-    k: &Tensor<Vector<F, N>>,
-    v: &Tensor<Vector<F, N>>,
-    k_view: &ChunkView,
-    v_view: &ChunkView,
-    staged: &mut Staged<F, N>,
-    kv_block: u32,
-    #[comptime] config: FlashConfig,
-) {
-    let units = comptime!(config.units());
-    let first = kv_block * config.block_kv;
-    let (head_chunks, val_chunks) = comptime!((
-        config.head_dim_tile() / MMA_CHUNK,
-        config.val_dim_tile() / MMA_CHUNK
-    ));
-    fetch_rows::<F, N>(
-        k,
-        k_view,
-        &mut staged.k,
-        first,
-        config.block_kv,
-        comptime!(config.head_dim / MMA_CHUNK),
-        head_chunks,
-        units,
-    );
-    fetch_rows::<F, N>(
-        v,
-        v_view,
-        &mut staged.v,
-        first,
-        config.block_kv,
-        comptime!(config.val_dim / MMA_CHUNK),
-        val_chunks,
-        units,
-    );
-}
-
-/// Stores the staged K and V block into the shared tiles.
-#[cube]
-fn store_block<F: Float, N: Size>(
-    staged: &Staged<F, N>,
-    tiles: &mut Tiles<F, N>,
-    #[comptime] config: FlashConfig,
-) {
-    let units = comptime!(config.units());
-    store_rows::<F, N>(
-        &staged.k,
-        &mut tiles.k,
-        config.block_kv,
-        comptime!(config.head_dim_tile() / MMA_CHUNK),
-        config.mma_head_stride(),
-        units,
-    );
-    store_rows::<F, N>(
-        &staged.v,
-        &mut tiles.v,
-        config.block_kv,
-        comptime!(config.val_dim_tile() / MMA_CHUNK),
-        config.mma_val_stride(),
-        units,
-    );
-}
-
-/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`) of O,
-/// and its log-sum-exp from the first lane of the row group.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn write_row<F: Float>(
-    o: &mut Tensor<F>,
-    lse: &mut Tensor<f32>,
-    acc: &Array<Pair<f32>>,
-    softmax: &OnlineSoftmax,
-    batch: u32,
-    head: u32,
-    row: u32,
-    lane: Lane,
-    #[comptime] half: u32,
-    seq_q: u32,
-    #[comptime] config: FlashConfig,
-) {
-    if row < seq_q {
-        let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
-        let normalizer = softmax.normalizer();
-        store_accumulator_row::<F>(o, acc, base, row, lane, normalizer, half, config.val_dim);
-        if lane.quad == 0 {
-            let at = batch as usize * lse.stride(0)
-                + head as usize * lse.stride(1)
-                + row as usize * lse.stride(2);
-            lse[at] = softmax.lse(false);
-        }
-    }
 }

@@ -1,0 +1,133 @@
+//! Chunked rows for the mma paths: tensors read and shared-memory tiles written in 16-byte
+//! chunks (8 f16/bf16 elements), rows of the tiles padded by one chunk (see
+//! [`super::mma`] for why), and the next block staged in registers while the current one
+//! computes.
+use cubecl::prelude::*;
+
+use super::mma::TILE_M;
+
+/// Elements of one 16-byte chunk of f16/bf16 (a global load, an `ldmatrix` row).
+const CHUNK: u32 = crate::config::MMA_CHUNK;
+
+/// One (batch, head) of a chunked tensor: chunk `c` of row `r` is at
+/// `base + r * row_stride + c` (all in chunks).
+#[derive(CubeType, Clone, Copy)]
+pub struct ChunkView {
+    pub base: usize,
+    pub row_stride: usize,
+    pub rows: u32,
+}
+
+#[cube]
+pub fn chunk_view<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    batch: u32,
+    head: u32,
+) -> ChunkView {
+    let chunk = tensor.vector_size();
+    ChunkView {
+        base: (batch as usize * tensor.stride(0) + head as usize * tensor.stride(1)) / chunk,
+        row_stride: tensor.stride(2) / chunk,
+        rows: tensor.shape(2) as u32,
+    }
+}
+
+/// Loads chunks `[0, tile_chunks)` of rows `[first_row, first_row + rows)` into registers,
+/// chunk `UNIT_POS + i * units` of the block into `staged[i]`. Rows past the tensor and chunks
+/// `[cols, tile_chunks)` (the padding to the mma tile) are zeros.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fetch_rows<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    staged: &mut Array<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] cols: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] units: u32,
+) {
+    let total = comptime!(rows * tile_chunks);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let index = UNIT_POS + i * units;
+        let row = index / tile_chunks;
+        let chunk = index % tile_chunks;
+        let global_row = first_row + row;
+        let mut value = Vector::<F, N>::zeroed();
+        if index < total && global_row < view.rows && chunk < cols {
+            value = tensor[view.base + global_row as usize * view.row_stride + chunk as usize];
+        }
+        staged[i as usize] = value;
+    }
+}
+
+/// Stores what [`fetch_rows`] loaded into a tile of `stride` chunks per row.
+#[cube]
+pub fn store_rows<F: Float, N: Size>(
+    staged: &Array<Vector<F, N>>,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    #[comptime] rows: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+) {
+    let total = comptime!(rows * tile_chunks);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let index = UNIT_POS + i * units;
+        if index < total {
+            let row = index / tile_chunks;
+            let chunk = index % tile_chunks;
+            tile[(row * stride + chunk) as usize] = staged[i as usize];
+        }
+    }
+}
+
+/// Copies rows `[first_row, first_row + rows)` of a chunked tensor into a tile (zeros past
+/// the tensor and in the padding). The caller synchronizes.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn copy_rows<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] dim: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+) {
+    let tile_chunks = comptime!(dim.next_multiple_of(TILE_M) / CHUNK);
+    let mut staged = staging::<F, N>(rows, tile_chunks, units);
+    fetch_rows::<F, N>(
+        tensor,
+        view,
+        &mut staged,
+        first_row,
+        rows,
+        comptime!(dim / CHUNK),
+        tile_chunks,
+        units,
+    );
+    store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
+}
+
+/// Registers for [`fetch_rows`] of `rows * tile_chunks` chunks over `units` units.
+#[cube]
+pub fn staging<F: Float, N: Size>(
+    #[comptime] rows: u32,
+    #[comptime] tile_chunks: u32,
+    #[comptime] units: u32,
+) -> Array<Vector<F, N>> {
+    Array::<Vector<F, N>>::new(comptime!((rows * tile_chunks).div_ceil(units) as usize))
+}
+
+/// A chunked shared-memory tile of `rows` rows of `stride` chunks, 16-byte aligned.
+#[cube]
+pub fn chunk_tile<F: Float, N: Size>(
+    #[comptime] rows: u32,
+    #[comptime] stride: u32,
+) -> SharedMemory<Vector<F, N>> {
+    SharedMemory::<Vector<F, N>>::new_aligned(comptime!((rows * stride) as usize), 16usize)
+}
