@@ -1,0 +1,33 @@
+//! Cases forcing a path: the matrix (cmma) path and the mma (register mma) path.
+
+use burn_flash_attn_kernels::FloatKind::{BF16, F16};
+
+use crate::case::case;
+
+forward_cases! {
+    // The matrix path, forced (skips where the device has no cmma for the dtype).
+    f16_matrix_hd64_q113_kv203: case(F16, 64, 113, 203).matrix();
+    f16_matrix_hd128_q1024_kv1024: case(F16, 128, 1024, 1024).matrix();
+    f16_matrix_causal_hd64_q203_kv113: case(F16, 64, 203, 113).matrix().causal();
+    f16_matrix_causal_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().causal();
+    f16_matrix_hd33_dv80_q77_kv90: case(F16, 33, 77, 90).val_dim(80).matrix();
+    f16_matrix_hd256_q113_kv203: case(F16, 256, 113, 203).matrix();
+    f16_matrix_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
+    f16_matrix_masked_rows_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().masked_rows();
+    f16_matrix_strided_hd96_q113_kv203: case(F16, 96, 113, 203).heads(2, 2).matrix().strided();
+    bf16_matrix_hd64_q113_kv203: case(BF16, 64, 113, 203).matrix();
+    bf16_matrix_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().causal();
+    bf16_matrix_all_options_hd64_q203_kv113: case(BF16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
+    // The mma path, forced (skips where the device has no register mma for the dtype).
+    f16_mma_hd64_q113_kv203: case(F16, 64, 113, 203).mma();
+    bf16_mma_hd128_q1024_kv1024: case(BF16, 128, 1024, 1024).mma();
+    bf16_mma_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).mma().causal();
+    f16_mma_causal_hd64_q203_kv113: case(F16, 64, 203, 113).mma().causal();
+    bf16_mma_causal_hd64_q113_kv203: case(BF16, 64, 113, 203).mma().causal();
+    f16_mma_hd40_dv80_q77_kv90: case(F16, 40, 77, 90).val_dim(80).mma();
+    bf16_mma_hd8_dv24_q1_kv1: case(BF16, 8, 1, 1).val_dim(24).mma();
+    f16_mma_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).mma().softcap(2.0).mask().bias().causal();
+    bf16_mma_all_options_u8_hd96_q113_kv203: case(BF16, 96, 113, 203).heads(2, 2).mma().softcap(2.0).mask_u8().bias().causal();
+    f16_mma_masked_rows_hd64_q113_kv203: case(F16, 64, 113, 203).mma().masked_rows();
+    bf16_mma_broadcast_mask_bias_b2_h3_hd32_q50_kv70: case(BF16, 32, 50, 70).heads(2, 3).broadcast().mask().bias().mma();
+}

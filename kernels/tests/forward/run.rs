@@ -1,0 +1,193 @@
+//! Running one case: inputs drawn and uploaded, the launch, and the checks of o and lse.
+
+use burn_flash_attn_kernels::FloatKind::F32;
+use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward_on};
+use burn_flash_attn_kernels::heuristics::{has_matrix_units, has_register_mma, plan_forward};
+use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
+use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
+use burn_flash_attn_kernels::tolerance::{OUTPUT_FACTOR, check};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
+
+use crate::case::{Case, MASKED_FRACTION, MaskFill, V_AMPLITUDE};
+use crate::common::{
+    self, Elem, client, filled, precision, random_mask, random_values, read, rng, upload,
+};
+
+/// Runs one case; panics with the case name, the seed and the worst coordinate on failure.
+pub(crate) fn run(name: &str, case: Case) {
+    let client = client();
+    let problem = case.problem();
+    if let Err(reason) = runnable(&client, &problem, case.path) {
+        println!("{name}: skipped on this device: {reason}");
+        return;
+    }
+    let (mut rng, seed) = rng(name);
+    let p = &problem;
+    let (bh, kind) = (p.heads_total(), case.dtype);
+    let q = random_values(&mut rng, bh * p.seq_q * p.head_dim, case.qk_amplitude, kind);
+    let k = random_values(
+        &mut rng,
+        bh * p.seq_kv * p.head_dim,
+        case.qk_amplitude,
+        kind,
+    );
+    let v = random_values(&mut rng, bh * p.seq_kv * p.val_dim, V_AMPLITUDE, kind);
+    // With `broadcast`, one (batch, head) of mask and bias is drawn and repeated.
+    let drawn_heads = if case.broadcast { 1 } else { bh };
+    let scores = drawn_heads * p.seq_q * p.seq_kv;
+    let copies = bh / drawn_heads;
+    let mask = case.mask.as_ref().map(|(fill, _)| {
+        let mut mask = random_mask(&mut rng, scores, MASKED_FRACTION);
+        if let MaskFill::FullyMaskedRows = fill {
+            for row in (0..drawn_heads * p.seq_q).step_by(3) {
+                mask[row * p.seq_kv..(row + 1) * p.seq_kv].fill(true);
+            }
+        }
+        mask.repeat(copies)
+    });
+    let bias = case
+        .bias
+        .then(|| random_values(&mut rng, scores, V_AMPLITUDE, kind).repeat(copies));
+
+    let float = Elem::Float(kind);
+    let (q_shape, kv_shape) = (
+        [p.batch, p.num_heads, p.seq_q, p.head_dim],
+        [p.batch, p.num_heads, p.seq_kv, p.head_dim],
+    );
+    let v_shape = [p.batch, p.num_heads, p.seq_kv, p.val_dim];
+    let s_shape = [p.batch, p.num_heads, p.seq_q, p.seq_kv];
+    let o_shape = [p.batch, p.num_heads, p.seq_q, p.val_dim];
+    let q_dev = upload(&client, &q, &q_shape, float, &case.layout);
+    let k_dev = upload(&client, &k, &kv_shape, float, &case.layout);
+    let v_dev = upload(&client, &v, &v_shape, float, &case.layout);
+    let upload_scores = |values: &[f64], elem: Elem| {
+        if case.broadcast {
+            let one_head = [1, 1, p.seq_q, p.seq_kv];
+            let mut tensor = upload(
+                &client,
+                &values[..p.seq_q * p.seq_kv],
+                &one_head,
+                elem,
+                &case.layout,
+            );
+            tensor.shape = s_shape.to_vec();
+            tensor.strides[0] = 0;
+            tensor.strides[1] = 0;
+            tensor
+        } else {
+            upload(&client, values, &s_shape, elem, &case.layout)
+        }
+    };
+    let mask_dev = mask.as_ref().zip(p.mask).map(|(mask, mask_kind)| {
+        let values: Vec<f64> = mask.iter().map(|&m| if m { 1.0 } else { 0.0 }).collect();
+        upload_scores(&values, Elem::Mask(mask_kind))
+    });
+    let bias_dev = bias.as_ref().map(|bias| upload_scores(bias, float));
+    let o_dev = filled(&client, &o_shape, float, f64::NAN);
+    let lse_dev = filled(&client, &o_shape[..3], Elem::Float(F32), f64::NAN);
+
+    let tensors = ForwardTensors {
+        q: q_dev.binding(),
+        k: k_dev.binding(),
+        v: v_dev.binding(),
+        mask: mask_dev.as_ref().map(|m| m.binding()),
+        bias: bias_dev.as_ref().map(|b| b.binding()),
+        o: o_dev.binding(),
+        lse: lse_dev.binding(),
+    };
+    let launch = flash_attention_forward_on(&client, p, tensors, case.path)
+        .unwrap_or_else(|e| panic!("{name} (seed {seed}): launch refused: {e}"));
+    println!("{name}: {}", launch.reason);
+    let o = read(&client, &o_dev);
+    let lse = read(&client, &lse_dev);
+
+    let inputs = Inputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        mask: mask.as_deref(),
+        bias: bias.as_deref(),
+    };
+    let oracle = reference::forward(p, &inputs, Precision::F64);
+    let plain = reference::forward(p, &inputs, precision(kind));
+    let context = format!("{name} (seed {seed}, {case:?})");
+    if let Err(message) = check(
+        &format!("{context}: o"),
+        &o,
+        &plain.o,
+        &oracle.o,
+        OUTPUT_FACTOR,
+        precision(kind),
+    ) {
+        panic!("{message}");
+    }
+    check_lse(&context, p, &o, &lse, &plain.lse, &oracle.lse);
+}
+
+/// Whether the device can run the case, or why not.
+fn runnable(
+    client: &common::Client,
+    problem: &AttentionProblem,
+    path: Option<ForwardPath>,
+) -> Result<(), String> {
+    let props = client.properties();
+    if path == Some(ForwardPath::Matrix) && !has_matrix_units(props, problem.dtype) {
+        return Err(format!(
+            "no 16x16x16 {:?} cmma, the matrix path cannot run",
+            problem.dtype
+        ));
+    }
+    if path == Some(ForwardPath::Mma) && !has_register_mma(props, problem.dtype) {
+        return Err(format!(
+            "no 16x8x16 {:?} register mma, the mma path cannot run",
+            problem.dtype
+        ));
+    }
+    match plan_forward(props, problem, path) {
+        Err(FlashError::Device(reason)) => Err(reason),
+        Err(other) => panic!("valid problem refused: {other}"),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// lse of rows that see something against the rule (the plain lse rounded to f32, the type
+/// of the lse output: no f32 output can be closer than that); fully masked rows exactly
+/// FULLY_MASKED_LSE with an all-zero output row.
+fn check_lse(
+    context: &str,
+    p: &AttentionProblem,
+    o: &[f64],
+    lse: &[f64],
+    plain: &[f64],
+    oracle: &[f64],
+) {
+    let mut visible = (Vec::new(), Vec::new(), Vec::new());
+    for row in 0..lse.len() {
+        if oracle[row].is_infinite() {
+            assert_eq!(
+                lse[row], FULLY_MASKED_LSE as f64,
+                "{context}: fully masked row {row}: lse"
+            );
+            let o_row = &o[row * p.val_dim..(row + 1) * p.val_dim];
+            assert!(
+                o_row.iter().all(|&x| x == 0.0),
+                "{context}: fully masked row {row}: o = {o_row:?}"
+            );
+        } else {
+            visible.0.push(lse[row]);
+            visible.1.push(Precision::F32.round(plain[row]));
+            visible.2.push(oracle[row]);
+        }
+    }
+    let rounding = precision(p.dtype);
+    if let Err(message) = check(
+        &format!("{context}: lse"),
+        &visible.0,
+        &visible.1,
+        &visible.2,
+        OUTPUT_FACTOR,
+        rounding,
+    ) {
+        panic!("{message}");
+    }
+}
