@@ -14,13 +14,12 @@
 use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, MATRIX_TILE};
-use crate::primitives::block_range::kv_block_range;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
-use crate::primitives::tile_io::{HeadView, head_view, load_tile};
+use crate::primitives::tile_io::{HeadView, load_tile};
 
-use super::unit_rows::{UnitRole, softmax_block, unit_role, write_outputs};
-use super::{ForwardArgs, score_tensors};
+use super::ForwardArgs;
+use super::unit_rows::{BlockStep, UnitRole, forward_rows, softmax_block};
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
 /// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
@@ -48,7 +47,7 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
 
 /// Shared-memory tiles of one cube.
 #[derive(CubeType)]
-struct Tiles<F: Float> {
+pub(crate) struct Tiles<F: Float> {
     /// `[block_q, head_dim_tile]` in F, loaded once, zero-padded.
     q: SharedMemory<F>,
     /// `[block_kv, head_dim_tile]` in F, one key block, zero-padded.
@@ -80,320 +79,253 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     params: ScoreParams,
     #[comptime] config: FlashConfig,
 ) {
-    let units = comptime!(config.units());
-    let q_block = CUBE_POS_X;
-    let heads = q.shape(1) as u32;
-    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_start = q_block * config.block_q;
-    let role = unit_role(q_start, params.seq_q, config.units_per_row);
-    let k_view = head_view(k, batch, head);
-    let v_view = head_view(v, batch, head);
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
-
-    let mut tiles = Tiles::<F> {
-        q: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.head_dim_tile()) as usize),
-            CMMA_ALIGN,
-        ),
-        k: SharedMemory::new_aligned(
-            comptime!((config.block_kv * config.head_dim_tile()) as usize),
-            CMMA_ALIGN,
-        ),
-        v: SharedMemory::new_aligned(
-            comptime!((config.block_kv * config.val_dim_tile()) as usize),
-            CMMA_ALIGN,
-        ),
-        s: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.block_kv) as usize),
-            CMMA_ALIGN,
-        ),
-        p: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.block_kv) as usize),
-            CMMA_ALIGN,
-        ),
-        pv: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.val_dim_tile()) as usize),
-            CMMA_ALIGN,
-        ),
-        partial_max: SharedMemory::new(units as usize),
-        partial_sum: SharedMemory::new(units as usize),
-    };
-    // Step 1: the query block, once. The first key block's sync makes it visible.
-    load_tile::<F, F>(
-        q,
-        &head_view(q, batch, head),
-        &mut tiles.q,
-        q_start,
-        config.block_q,
-        config.head_dim,
-        config.head_dim_tile(),
-        units,
-    );
-
-    let mut acc = Array::<f32>::new(comptime!(config.out_cols_per_unit() as usize));
-    #[unroll]
-    for c in 0..config.out_cols_per_unit() {
-        acc[c as usize] = 0.0f32;
-    }
-    let mut softmax = OnlineSoftmax::new();
-
-    // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
-    let range = kv_block_range(
-        q_block,
-        &params,
-        config.block_q,
-        config.block_kv,
-        config.score,
-    );
-    for kv_block in 0..range.first_masked {
-        attend_kv_block::<F, M>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            kv_block,
-            role,
-            &mut tiles,
-            &mut softmax,
-            &mut acc,
-            config,
-            false,
-        );
-    }
-    for kv_block in range.first_masked..range.end {
-        attend_kv_block::<F, M>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            kv_block,
-            role,
-            &mut tiles,
-            &mut softmax,
-            &mut acc,
-            config,
-            true,
-        );
-    }
-
-    // Step 3: normalize once and write O and the log-sum-exp.
-    if q_start + role.row < params.seq_q {
-        write_outputs::<F>(
-            o,
-            lse,
-            &acc,
-            &softmax,
-            batch,
-            head,
-            q_start + role.row,
-            role.lane,
-            config.units_per_row,
-            config.val_dim,
-            config.out_cols_per_unit(),
-            config.precise_math,
-        );
-    }
+    forward_rows::<F, M, MatrixStep>(q, k, v, mask, bias, o, lse, params, config);
 }
 
-/// One iteration of the main loop (see the module doc). `masked_pass` emits the tail / causal
-/// / mask checks of the logits.
+/// The matrix path's part of [`forward_rows`]: tiles in F, S and P V on cmma fragments.
+pub(crate) struct MatrixStep;
+
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn attend_kv_block<F: Float, M: Int>(
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    k_view: &HeadView,
-    v_view: &HeadView,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    kv_block: u32,
-    role: UnitRole,
-    tiles: &mut Tiles<F>,
-    softmax: &mut OnlineSoftmax,
-    acc: &mut Array<f32>,
-    #[comptime] config: FlashConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let units = comptime!(config.units());
-    let lanes = config.units_per_row;
-    let dk = comptime!(config.head_dim_tile());
-    let dv = comptime!(config.val_dim_tile());
-    let bkv = config.block_kv;
-    let kv_start = kv_block * bkv;
-    // First row of this plane's 16 query rows.
-    let plane_row = UNIT_POS_Y * MATRIX_TILE;
+impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
+    type Tiles = Tiles<F>;
 
-    load_tile::<F, F>(
-        k,
-        k_view,
-        &mut tiles.k,
-        kv_start,
-        bkv,
-        config.head_dim,
-        dk,
-        units,
-    );
-    load_tile::<F, F>(
-        v,
-        v_view,
-        &mut tiles.v,
-        kv_start,
-        bkv,
-        config.val_dim,
-        dv,
-        units,
-    );
-    sync_cube();
-
-    // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
-    #[unroll]
-    for n in 0..comptime!(bkv / MATRIX_TILE) {
-        let s = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            cmma::MatrixLayout::Undefined,
-            0.0f32,
+    fn query_tiles(
+        q: &Tensor<F>,
+        q_view: &HeadView,
+        q_start: u32,
+        #[comptime] config: FlashConfig,
+    ) -> Tiles<F> {
+        let units = comptime!(config.units());
+        let mut tiles = Tiles::<F> {
+            q: SharedMemory::new_aligned(
+                comptime!((config.block_q * config.head_dim_tile()) as usize),
+                CMMA_ALIGN,
+            ),
+            k: SharedMemory::new_aligned(
+                comptime!((config.block_kv * config.head_dim_tile()) as usize),
+                CMMA_ALIGN,
+            ),
+            v: SharedMemory::new_aligned(
+                comptime!((config.block_kv * config.val_dim_tile()) as usize),
+                CMMA_ALIGN,
+            ),
+            s: SharedMemory::new_aligned(
+                comptime!((config.block_q * config.block_kv) as usize),
+                CMMA_ALIGN,
+            ),
+            p: SharedMemory::new_aligned(
+                comptime!((config.block_q * config.block_kv) as usize),
+                CMMA_ALIGN,
+            ),
+            pv: SharedMemory::new_aligned(
+                comptime!((config.block_q * config.val_dim_tile()) as usize),
+                CMMA_ALIGN,
+            ),
+            partial_max: SharedMemory::new(units as usize),
+            partial_sum: SharedMemory::new(units as usize),
+        };
+        load_tile::<F, F>(
+            q,
+            q_view,
+            &mut tiles.q,
+            q_start,
+            config.block_q,
+            config.head_dim,
+            config.head_dim_tile(),
+            units,
         );
-        #[unroll]
-        for kk in 0..comptime!(dk / MATRIX_TILE) {
-            let q_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::RowMajor,
-                &tiles
-                    .q
-                    .slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
-                dk,
-            );
-            let k_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::ColMajor,
-                &tiles.k.slice(
-                    ((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize,
-                    tiles.k.len(),
-                ),
-                dk,
-            );
-            cmma::execute::<F, F, f32, f32>(&q_frag, &k_frag, &s, &s);
-        }
-        let s_len = tiles.s.len();
-        cmma::store(
-            &mut tiles
-                .s
-                .slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
-            &s,
+        tiles
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        k: &Tensor<F>,
+        v: &Tensor<F>,
+        mask: &Tensor<M>,
+        bias: &Tensor<F>,
+        k_view: &HeadView,
+        v_view: &HeadView,
+        params: &ScoreParams,
+        tensors: &ScoreTensors,
+        kv_block: u32,
+        role: UnitRole,
+        tiles: &mut Tiles<F>,
+        softmax: &mut OnlineSoftmax,
+        acc: &mut Array<f32>,
+        #[comptime] config: FlashConfig,
+        #[comptime] masked_pass: bool,
+    ) {
+        let units = comptime!(config.units());
+        let lanes = config.units_per_row;
+        let dk = comptime!(config.head_dim_tile());
+        let dv = comptime!(config.val_dim_tile());
+        let bkv = config.block_kv;
+        let kv_start = kv_block * bkv;
+        // First row of this plane's 16 query rows.
+        let plane_row = UNIT_POS_Y * MATRIX_TILE;
+
+        load_tile::<F, F>(
+            k,
+            k_view,
+            &mut tiles.k,
+            kv_start,
             bkv,
-            cmma::MatrixLayout::RowMajor,
+            config.head_dim,
+            dk,
+            units,
         );
-    }
-    sync_cube();
-
-    // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
-    let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
-    let s_row = (role.row * bkv) as usize;
-    #[unroll]
-    for t in 0..config.kv_cols_per_unit() {
-        let col = role.lane + t * lanes;
-        let dot = tiles.s[s_row + col as usize];
-        logits[t as usize] = score::<F, M>(
-            dot,
-            role.read_row,
-            kv_start + col,
-            params,
-            tensors,
-            mask,
-            bias,
-            config.score,
-            masked_pass,
-        );
-    }
-    let alpha = softmax_block::<F>(
-        &logits,
-        softmax,
-        &mut tiles.p,
-        &mut tiles.partial_max,
-        &mut tiles.partial_sum,
-        role,
-        config.kv_cols_per_unit(),
-        lanes,
-        bkv,
-        masked_pass,
-        config.precise_math,
-    );
-
-    // P V for this plane's rows, into shared memory.
-    #[unroll]
-    for n in 0..comptime!(dv / MATRIX_TILE) {
-        let pv = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            cmma::MatrixLayout::Undefined,
-            0.0f32,
-        );
-        #[unroll]
-        for kk in 0..comptime!(bkv / MATRIX_TILE) {
-            let p_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::RowMajor,
-                &tiles
-                    .p
-                    .slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
-                bkv,
-            );
-            let v_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::RowMajor,
-                &tiles.v.slice(
-                    ((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize,
-                    tiles.v.len(),
-                ),
-                dv,
-            );
-            cmma::execute::<F, F, f32, f32>(&p_frag, &v_frag, &pv, &pv);
-        }
-        let pv_len = tiles.pv.len();
-        cmma::store(
-            &mut tiles
-                .pv
-                .slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
-            &pv,
+        load_tile::<F, F>(
+            v,
+            v_view,
+            &mut tiles.v,
+            kv_start,
+            bkv,
+            config.val_dim,
             dv,
-            cmma::MatrixLayout::RowMajor,
+            units,
         );
-    }
-    sync_cube();
+        sync_cube();
 
-    // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
-    // come after this block's last reads of K, V and P (all before the sync above), and its
-    // writes of S, P, PV after at least one more sync.
-    let pv_row = (role.row * dv + role.lane) as usize;
-    #[unroll]
-    for c in 0..config.out_cols_per_unit() {
-        acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
+        // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
+        #[unroll]
+        for n in 0..comptime!(bkv / MATRIX_TILE) {
+            let s = cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::Undefined,
+                0.0f32,
+            );
+            #[unroll]
+            for kk in 0..comptime!(dk / MATRIX_TILE) {
+                let q_frag = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::A,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    cmma::MatrixLayout::RowMajor,
+                    &tiles
+                        .q
+                        .slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
+                    dk,
+                );
+                let k_frag = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::B,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    cmma::MatrixLayout::ColMajor,
+                    &tiles.k.slice(
+                        ((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize,
+                        tiles.k.len(),
+                    ),
+                    dk,
+                );
+                cmma::execute::<F, F, f32, f32>(&q_frag, &k_frag, &s, &s);
+            }
+            let s_len = tiles.s.len();
+            cmma::store(
+                &mut tiles
+                    .s
+                    .slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
+                &s,
+                bkv,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+
+        // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
+        let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
+        let s_row = (role.row * bkv) as usize;
+        #[unroll]
+        for t in 0..config.kv_cols_per_unit() {
+            let col = role.lane + t * lanes;
+            let dot = tiles.s[s_row + col as usize];
+            logits[t as usize] = score::<F, M>(
+                dot,
+                role.read_row,
+                kv_start + col,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+        }
+        let alpha = softmax_block::<F>(
+            &logits,
+            softmax,
+            &mut tiles.p,
+            &mut tiles.partial_max,
+            &mut tiles.partial_sum,
+            role,
+            config.kv_cols_per_unit(),
+            lanes,
+            bkv,
+            masked_pass,
+            config.precise_math,
+        );
+
+        // P V for this plane's rows, into shared memory.
+        #[unroll]
+        for n in 0..comptime!(dv / MATRIX_TILE) {
+            let pv = cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::Undefined,
+                0.0f32,
+            );
+            #[unroll]
+            for kk in 0..comptime!(bkv / MATRIX_TILE) {
+                let p_frag = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::A,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    cmma::MatrixLayout::RowMajor,
+                    &tiles
+                        .p
+                        .slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
+                    bkv,
+                );
+                let v_frag = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::B,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    MATRIX_TILE as usize,
+                    cmma::MatrixLayout::RowMajor,
+                    &tiles.v.slice(
+                        ((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize,
+                        tiles.v.len(),
+                    ),
+                    dv,
+                );
+                cmma::execute::<F, F, f32, f32>(&p_frag, &v_frag, &pv, &pv);
+            }
+            let pv_len = tiles.pv.len();
+            cmma::store(
+                &mut tiles
+                    .pv
+                    .slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
+                &pv,
+                dv,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+
+        // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
+        // come after this block's last reads of K, V and P (all before the sync above), and its
+        // writes of S, P, PV after at least one more sync.
+        let pv_row = (role.row * dv + role.lane) as usize;
+        #[unroll]
+        for c in 0..config.out_cols_per_unit() {
+            acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
+        }
     }
 }

@@ -8,14 +8,13 @@
 use cubecl::prelude::*;
 
 use crate::config::FlashConfig;
-use crate::primitives::block_range::kv_block_range;
 use crate::primitives::dot::row_dot;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
-use crate::primitives::tile_io::{HeadView, head_view, load_tile};
+use crate::primitives::tile_io::{HeadView, load_tile};
 
-use super::unit_rows::{UnitRole, softmax_block, unit_role, write_outputs};
-use super::{ForwardArgs, score_tensors};
+use super::ForwardArgs;
+use super::unit_rows::{BlockStep, UnitRole, forward_rows, softmax_block};
 
 /// Launches the portable kernel. The caller (`flash_attention_forward`) has validated the
 /// problem and picked `config`.
@@ -39,7 +38,7 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
 
 /// Shared-memory tiles of one cube.
 #[derive(CubeType)]
-struct Tiles {
+pub(crate) struct Tiles {
     /// `[block_q, head_dim_tile]` f32, loaded once.
     q: SharedMemory<f32>,
     /// `[block_kv, head_dim_tile]` f32, one key block.
@@ -67,224 +66,156 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
     params: ScoreParams,
     #[comptime] config: FlashConfig,
 ) {
-    let units = comptime!(config.units());
-    let q_block = CUBE_POS_X;
-    let heads = q.shape(1) as u32;
-    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_start = q_block * config.block_q;
-    let role = unit_role(q_start, params.seq_q, config.units_per_row);
-    let k_view = head_view(k, batch, head);
-    let v_view = head_view(v, batch, head);
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
-
-    let mut tiles = Tiles {
-        q: SharedMemory::new(comptime!(
-            (config.block_q * config.head_dim_tile()) as usize
-        )),
-        k: SharedMemory::new(comptime!(
-            (config.block_kv * config.head_dim_tile()) as usize
-        )),
-        v: SharedMemory::new(comptime!(
-            (config.block_kv * config.val_dim_tile()) as usize
-        )),
-        p: SharedMemory::new(comptime!(
-            (config.block_q * config.score_tile_cols()) as usize
-        )),
-        partial_max: SharedMemory::new(units as usize),
-        partial_sum: SharedMemory::new(units as usize),
-    };
-    // Step 1: the query block, once. The first key block's sync makes it visible.
-    load_tile::<F, f32>(
-        q,
-        &head_view(q, batch, head),
-        &mut tiles.q,
-        q_start,
-        config.block_q,
-        config.head_dim,
-        config.head_dim_tile(),
-        units,
-    );
-
-    let mut acc = Array::<f32>::new(comptime!(config.out_cols_per_unit() as usize));
-    #[unroll]
-    for c in 0..config.out_cols_per_unit() {
-        acc[c as usize] = 0.0f32;
-    }
-    let mut softmax = OnlineSoftmax::new();
-
-    // Step 2: stream the visible key/value blocks; fully masked causal blocks are skipped,
-    // fully visible ones take the unmasked pass.
-    let range = kv_block_range(
-        q_block,
-        &params,
-        config.block_q,
-        config.block_kv,
-        config.score,
-    );
-    for kv_block in 0..range.first_masked {
-        attend_kv_block::<F, M>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            kv_block,
-            role,
-            &mut tiles,
-            &mut softmax,
-            &mut acc,
-            config,
-            false,
-        );
-    }
-    for kv_block in range.first_masked..range.end {
-        attend_kv_block::<F, M>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            kv_block,
-            role,
-            &mut tiles,
-            &mut softmax,
-            &mut acc,
-            config,
-            true,
-        );
-    }
-
-    // Step 3: normalize once and write O and the log-sum-exp.
-    if q_start + role.row < params.seq_q {
-        write_outputs::<F>(
-            o,
-            lse,
-            &acc,
-            &softmax,
-            batch,
-            head,
-            q_start + role.row,
-            role.lane,
-            config.units_per_row,
-            config.val_dim,
-            config.out_cols_per_unit(),
-            config.precise_math,
-        );
-    }
+    forward_rows::<F, M, PortableStep>(q, k, v, mask, bias, o, lse, params, config);
 }
 
-/// One iteration of the main loop: key/value block `kv_block` updates the softmax state and
-/// the O accumulators of this unit. `masked_pass` emits the tail / causal / mask checks.
+/// The portable path's part of [`forward_rows`]: f32 tiles, S in registers, P through shared memory.
+pub(crate) struct PortableStep;
+
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn attend_kv_block<F: Float, M: Int>(
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    k_view: &HeadView,
-    v_view: &HeadView,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    kv_block: u32,
-    role: UnitRole,
-    tiles: &mut Tiles,
-    softmax: &mut OnlineSoftmax,
-    acc: &mut Array<f32>,
-    #[comptime] config: FlashConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let units = comptime!(config.units());
-    let lanes = config.units_per_row;
-    let dk = comptime!(config.head_dim_tile());
-    let dv = comptime!(config.val_dim_tile());
-    let score_cols = comptime!(config.score_tile_cols());
-    let kv_start = kv_block * config.block_kv;
+impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
+    type Tiles = Tiles;
 
-    load_tile::<F, f32>(
-        k,
-        k_view,
-        &mut tiles.k,
-        kv_start,
-        config.block_kv,
-        config.head_dim,
-        dk,
-        units,
-    );
-    load_tile::<F, f32>(
-        v,
-        v_view,
-        &mut tiles.v,
-        kv_start,
-        config.block_kv,
-        config.val_dim,
-        dv,
-        units,
-    );
-    sync_cube();
-
-    // S = Q K^T for this unit's columns, transformed into logits, kept in registers.
-    let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
-    let q_row = (role.row * dk) as usize;
-    #[unroll]
-    for t in 0..config.kv_cols_per_unit() {
-        let col = role.lane + t * lanes;
-        let k_row = (col * dk) as usize;
-        let dot = row_dot(
-            &tiles.q,
-            q_row,
-            &tiles.k,
-            k_row,
+    fn query_tiles(
+        q: &Tensor<F>,
+        q_view: &HeadView,
+        q_start: u32,
+        #[comptime] config: FlashConfig,
+    ) -> Tiles {
+        let units = comptime!(config.units());
+        let mut tiles = Tiles {
+            q: SharedMemory::new(comptime!(
+                (config.block_q * config.head_dim_tile()) as usize
+            )),
+            k: SharedMemory::new(comptime!(
+                (config.block_kv * config.head_dim_tile()) as usize
+            )),
+            v: SharedMemory::new(comptime!(
+                (config.block_kv * config.val_dim_tile()) as usize
+            )),
+            p: SharedMemory::new(comptime!(
+                (config.block_q * config.score_tile_cols()) as usize
+            )),
+            partial_max: SharedMemory::new(units as usize),
+            partial_sum: SharedMemory::new(units as usize),
+        };
+        load_tile::<F, f32>(
+            q,
+            q_view,
+            &mut tiles.q,
+            q_start,
+            config.block_q,
             config.head_dim,
-            config.dot,
+            config.head_dim_tile(),
+            units,
         );
-        logits[t as usize] = score::<F, M>(
-            dot,
-            role.read_row,
-            kv_start + col,
-            params,
-            tensors,
-            mask,
-            bias,
-            config.score,
+        tiles
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        k: &Tensor<F>,
+        v: &Tensor<F>,
+        mask: &Tensor<M>,
+        bias: &Tensor<F>,
+        k_view: &HeadView,
+        v_view: &HeadView,
+        params: &ScoreParams,
+        tensors: &ScoreTensors,
+        kv_block: u32,
+        role: UnitRole,
+        tiles: &mut Tiles,
+        softmax: &mut OnlineSoftmax,
+        acc: &mut Array<f32>,
+        #[comptime] config: FlashConfig,
+        #[comptime] masked_pass: bool,
+    ) {
+        let units = comptime!(config.units());
+        let lanes = config.units_per_row;
+        let dk = comptime!(config.head_dim_tile());
+        let dv = comptime!(config.val_dim_tile());
+        let score_cols = comptime!(config.score_tile_cols());
+        let kv_start = kv_block * config.block_kv;
+
+        load_tile::<F, f32>(
+            k,
+            k_view,
+            &mut tiles.k,
+            kv_start,
+            config.block_kv,
+            config.head_dim,
+            dk,
+            units,
+        );
+        load_tile::<F, f32>(
+            v,
+            v_view,
+            &mut tiles.v,
+            kv_start,
+            config.block_kv,
+            config.val_dim,
+            dv,
+            units,
+        );
+        sync_cube();
+
+        // S = Q K^T for this unit's columns, transformed into logits, kept in registers.
+        let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
+        let q_row = (role.row * dk) as usize;
+        #[unroll]
+        for t in 0..config.kv_cols_per_unit() {
+            let col = role.lane + t * lanes;
+            let k_row = (col * dk) as usize;
+            let dot = row_dot(
+                &tiles.q,
+                q_row,
+                &tiles.k,
+                k_row,
+                config.head_dim,
+                config.dot,
+            );
+            logits[t as usize] = score::<F, M>(
+                dot,
+                role.read_row,
+                kv_start + col,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+        }
+
+        // Online softmax: new row max, alpha, P through shared memory, row sum.
+        let alpha = softmax_block::<f32>(
+            &logits,
+            softmax,
+            &mut tiles.p,
+            &mut tiles.partial_max,
+            &mut tiles.partial_sum,
+            role,
+            config.kv_cols_per_unit(),
+            lanes,
+            score_cols,
             masked_pass,
+            config.precise_math,
         );
-    }
 
-    // Online softmax: new row max, alpha, P through shared memory, row sum.
-    let alpha = softmax_block::<f32>(
-        &logits,
-        softmax,
-        &mut tiles.p,
-        &mut tiles.partial_max,
-        &mut tiles.partial_sum,
-        role,
-        config.kv_cols_per_unit(),
-        lanes,
-        score_cols,
-        masked_pass,
-        config.precise_math,
-    );
-
-    // O = alpha * O + P V for this unit's O columns.
-    #[unroll]
-    for c in 0..config.out_cols_per_unit() {
-        acc[c as usize] *= alpha;
-    }
-    for j in 0..config.block_kv {
-        let p = tiles.p[(role.row * score_cols + j) as usize];
-        let v_row = (j * dv + role.lane) as usize;
+        // O = alpha * O + P V for this unit's O columns.
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
-            acc[c as usize] = fma(p, tiles.v[v_row + (c * lanes) as usize], acc[c as usize]);
+            acc[c as usize] *= alpha;
         }
+        for j in 0..config.block_kv {
+            let p = tiles.p[(role.row * score_cols + j) as usize];
+            let v_row = (j * dv + role.lane) as usize;
+            #[unroll]
+            for c in 0..config.out_cols_per_unit() {
+                acc[c as usize] = fma(p, tiles.v[v_row + (c * lanes) as usize], acc[c as usize]);
+            }
+        }
+        // The next block overwrites K, V and P.
+        sync_cube();
     }
-    // The next block overwrites K, V and P.
-    sync_cube();
 }

@@ -4,8 +4,14 @@
 //! registers instead: see [`super::mma`].)
 use cubecl::prelude::*;
 
+use crate::config::FlashConfig;
+use crate::primitives::block_range::kv_block_range;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
+use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::tile_io::{HeadView, head_view};
+
+use super::score_tensors;
 
 /// Normalizes this unit's O columns `lane + c * lanes` (c < `cols`, column < `val_dim`) of
 /// query row `row` once, writes them, and writes the row's lse from lane 0.
@@ -103,4 +109,144 @@ pub(crate) fn softmax_block<P: Float>(
     let block_sum = row_sum(partial_sum, local_sum, role.row, role.lane, lanes);
     softmax.accumulate(block_sum);
     alpha
+}
+
+/// What the portable and matrix forward kernels do differently: their shared-memory tiles
+/// (with the query block staged in them) and the work of one key/value block. The rest, unit
+/// roles, the key/value loop with its unmasked and masked passes, and the output, is
+/// [`forward_rows`].
+#[cube]
+pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
+    type Tiles: CubeType;
+
+    /// Declares the tiles and stages query rows `[q_start, q_start + block_q)` in them (no
+    /// sync: the first key block's makes them visible).
+    fn query_tiles(
+        q: &Tensor<F>,
+        q_view: &HeadView,
+        q_start: u32,
+        #[comptime] config: FlashConfig,
+    ) -> Self::Tiles;
+
+    /// One iteration of the main loop: key/value block `kv_block` updates the softmax state
+    /// and the O accumulators of this unit. `masked_pass` emits the tail / causal / mask
+    /// checks.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        k: &Tensor<F>,
+        v: &Tensor<F>,
+        mask: &Tensor<M>,
+        bias: &Tensor<F>,
+        k_view: &HeadView,
+        v_view: &HeadView,
+        params: &ScoreParams,
+        tensors: &ScoreTensors,
+        kv_block: u32,
+        role: UnitRole,
+        tiles: &mut Self::Tiles,
+        softmax: &mut OnlineSoftmax,
+        acc: &mut Array<f32>,
+        #[comptime] config: FlashConfig,
+        #[comptime] masked_pass: bool,
+    );
+}
+
+/// The body of the portable and matrix forward kernels, `S` doing their own part.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
+    q: &Tensor<F>,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    params: ScoreParams,
+    #[comptime] config: FlashConfig,
+) {
+    let q_block = CUBE_POS_X;
+    let heads = q.shape(1) as u32;
+    let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
+    let q_start = q_block * config.block_q;
+    let role = unit_role(q_start, params.seq_q, config.units_per_row);
+    let k_view = head_view(k, batch, head);
+    let v_view = head_view(v, batch, head);
+    let tensors = score_tensors(mask, bias, batch, head, config.score);
+
+    // Step 1: the query block, once. The first key block's sync makes it visible.
+    let mut tiles = S::query_tiles(q, &head_view(q, batch, head), q_start, config);
+
+    let mut acc = Array::<f32>::new(comptime!(config.out_cols_per_unit() as usize));
+    #[unroll]
+    for c in 0..config.out_cols_per_unit() {
+        acc[c as usize] = 0.0f32;
+    }
+    let mut softmax = OnlineSoftmax::new();
+
+    // Step 2: stream the visible key/value blocks; fully masked causal blocks are skipped,
+    // fully visible ones take the unmasked pass.
+    let range = kv_block_range(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
+    for kv_block in 0..range.first_masked {
+        S::attend(
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            false,
+        );
+    }
+    for kv_block in range.first_masked..range.end {
+        S::attend(
+            k,
+            v,
+            mask,
+            bias,
+            &k_view,
+            &v_view,
+            &params,
+            &tensors,
+            kv_block,
+            role,
+            &mut tiles,
+            &mut softmax,
+            &mut acc,
+            config,
+            true,
+        );
+    }
+
+    // Step 3: normalize once and write O and the log-sum-exp.
+    if q_start + role.row < params.seq_q {
+        write_outputs::<F>(
+            o,
+            lse,
+            &acc,
+            &softmax,
+            batch,
+            head,
+            q_start + role.row,
+            role.lane,
+            config.units_per_row,
+            config.val_dim,
+            config.out_cols_per_unit(),
+            config.precise_math,
+        );
+    }
 }
