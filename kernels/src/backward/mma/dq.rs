@@ -4,7 +4,7 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::kv_block_range_full_rows;
-use crate::primitives::chunk_io::{chunk_view, copy_rows};
+use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -119,26 +119,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
     );
     for kv_block in 0..range.first_masked {
         let kv_start = kv_block * config.block_kv;
-        copy_rows::<F, N>(
-            k,
-            &k_view,
-            &mut tiles.k,
-            kv_start,
-            config.block_kv,
-            config.head_dim,
-            config.mma_head_stride(),
-            units,
-        );
-        copy_rows::<F, N>(
-            v,
-            &v_view,
-            &mut tiles.v,
-            kv_start,
-            config.block_kv,
-            config.val_dim,
-            config.mma_val_stride(),
-            units,
-        );
+        load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
         sync_cube();
         accumulate_dq::<F, M, N>(
             mask,
@@ -159,26 +140,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
     }
     for kv_block in range.first_masked..range.end {
         let kv_start = kv_block * config.block_kv;
-        copy_rows::<F, N>(
-            k,
-            &k_view,
-            &mut tiles.k,
-            kv_start,
-            config.block_kv,
-            config.head_dim,
-            config.mma_head_stride(),
-            units,
-        );
-        copy_rows::<F, N>(
-            v,
-            &v_view,
-            &mut tiles.v,
-            kv_start,
-            config.block_kv,
-            config.val_dim,
-            config.mma_val_stride(),
-            units,
-        );
+        load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
         sync_cube();
         accumulate_dq::<F, M, N>(
             mask,
@@ -210,6 +172,42 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         params.seq_q,
         params.scale,
         config.head_dim,
+    );
+}
+
+/// Copies the key and value rows of the block starting at `kv_start` into the tiles (the
+/// caller synchronizes).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_kv_block<F: Float, N: Size>(
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    k_view: &ChunkView,
+    v_view: &ChunkView,
+    tiles: &mut PairTiles<F, N>,
+    kv_start: u32,
+    #[comptime] config: BackwardConfig,
+) {
+    let units = comptime!(config.block_q / MATRIX_TILE * LANES);
+    copy_rows::<F, N>(
+        k,
+        k_view,
+        &mut tiles.k,
+        kv_start,
+        config.block_kv,
+        config.head_dim,
+        config.mma_head_stride(),
+        units,
+    );
+    copy_rows::<F, N>(
+        v,
+        v_view,
+        &mut tiles.v,
+        kv_start,
+        config.block_kv,
+        config.val_dim,
+        config.mma_val_stride(),
+        units,
     );
 }
 
