@@ -1,4 +1,4 @@
-//! The forward pass on this suite's cases, checked as `tests/forward.rs` checks it: o with the
+//! The forward pass on this suite's cases, checked as `tests/forward/` checks it: o with the
 //! output rule, the lse of rows that see a key, fully masked rows exactly 0 with lse =
 //! `FULLY_MASKED_LSE`. For the suites that run the forward and the backward on one runtime
 //! (`tests/wave64.rs`, `tests/hip_runtime.rs`).
