@@ -23,6 +23,11 @@ const UNITS_SMALL: u32 = 128;
 /// Units per cube once a block pair has at least `UNITS_LARGE * 8` entries, so that each unit
 /// still owns several score entries and accumulator elements.
 const UNITS_LARGE: u32 = 256;
+/// Planes per cube at the least: one per SIMD of a CDNA3 CU (one per sub-partition of an
+/// NVIDIA SM), so that a cube whose tiles fill the shared memory alone still keeps them all
+/// busy. It only matters for wave64 (`UNITS_SMALL` is 2 waves of 64: with one such cube per
+/// CU, 2 of the 4 SIMDs of an MI300X CU idled, docs/HIP.md gap 3).
+const PLANES_PER_CUBE_AT_LEAST: u32 = 4;
 /// Score entries per unit from which the larger cube pays off.
 const ENTRIES_PER_UNIT_FOR_LARGE: u32 = 8;
 /// Rows of the inner block summed plainly before they join a compensated sum (see
@@ -297,7 +302,8 @@ pub fn plan_backward_portable(
                 UNITS_LARGE
             } else {
                 UNITS_SMALL
-            };
+            }
+            .max(PLANES_PER_CUBE_AT_LEAST * props.hardware.plane_size_max);
             let config = BackwardConfig {
                 path: BackwardPath::Portable,
                 kernel,

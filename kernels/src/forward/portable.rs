@@ -8,7 +8,7 @@
 use cubecl::prelude::*;
 
 use crate::config::FlashConfig;
-use crate::primitives::dot::row_dot;
+use crate::primitives::dot::row_dots;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_tile};
@@ -159,23 +159,24 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
         );
         sync_cube();
 
-        // S = Q K^T for this unit's columns, transformed into logits, kept in registers.
-        let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
-        let q_row = (role.row * dk) as usize;
+        // S = Q K^T for this unit's columns (keys `lane + t * lanes`), transformed into
+        // logits, kept in registers.
+        let cols = comptime!(config.kv_cols_per_unit());
+        let mut logits = row_dots(
+            &tiles.q,
+            (role.row * dk) as usize,
+            &tiles.k,
+            (role.lane * dk) as usize,
+            comptime!(lanes * dk),
+            config.head_dim,
+            cols,
+            config.dot,
+        );
         #[unroll]
-        for t in 0..config.kv_cols_per_unit() {
+        for t in 0..cols {
             let col = role.lane + t * lanes;
-            let k_row = (col * dk) as usize;
-            let dot = row_dot(
-                &tiles.q,
-                q_row,
-                &tiles.k,
-                k_row,
-                config.head_dim,
-                config.dot,
-            );
             logits[t as usize] = score::<F, M>(
-                dot,
+                logits[t as usize],
                 role.read_row,
                 kv_start + col,
                 params,

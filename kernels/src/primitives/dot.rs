@@ -20,6 +20,100 @@ pub enum DotSum {
     Compensated,
 }
 
+/// Accumulators [`row_dots`] may keep per unit for its partial sums (f32 registers).
+const MAX_PARTIAL_SUMS: u32 = 32;
+
+/// `row_dot` of row `a_start` of `a` with the `count` rows `b_start + t * b_stride` of `b`
+/// (`t < count`). With [`DotSum::Plain`], every element of the `a` row is read from shared
+/// memory once for all `count` rows: `1 + count` reads per `count` FMAs instead of `2 count`
+/// (the portable forward is bound by shared-memory reads). Each dot keeps
+/// [`DOT_PARTIALS`] interleaved partial sums while `count * DOT_PARTIALS` fits in
+/// [`MAX_PARTIAL_SUMS`] registers (then bit-identical to [`row_dot`]), fewer beyond. The
+/// other sums, for f32 outputs, call [`row_dot`] per row.
+#[cube]
+pub fn row_dots(
+    a: &SharedMemory<f32>,
+    a_start: usize,
+    b: &SharedMemory<f32>,
+    b_start: usize,
+    #[comptime] b_stride: u32,
+    #[comptime] len: u32,
+    #[comptime] count: u32,
+    #[comptime] how: DotSum,
+) -> Array<f32> {
+    let mut dots = Array::<f32>::new(count as usize);
+    match how {
+        DotSum::Plain => {
+            let partials = comptime!(partial_sums_per_dot(count));
+            let groups = comptime!(len / partials);
+            let mut sums = Array::<f32>::new(comptime!((count * partials) as usize));
+            #[unroll]
+            for i in 0..comptime!(count * partials) {
+                sums[i as usize] = 0.0f32;
+            }
+            for group in 0..groups {
+                let d = (group * partials) as usize;
+                #[unroll]
+                for p in 0..partials {
+                    let x = a[a_start + d + p as usize];
+                    #[unroll]
+                    for t in 0..count {
+                        let at = (t * partials + p) as usize;
+                        let row = b_start + (t * b_stride) as usize;
+                        sums[at] = fma(x, b[row + d + p as usize], sums[at]);
+                    }
+                }
+            }
+            // The last len % partials products go to the first partial sum.
+            for d in comptime!(groups * partials)..len {
+                let x = a[a_start + d as usize];
+                #[unroll]
+                for t in 0..count {
+                    let at = (t * partials) as usize;
+                    let row = b_start + (t * b_stride) as usize;
+                    sums[at] = fma(x, b[row + d as usize], sums[at]);
+                }
+            }
+            #[unroll]
+            for t in 0..count {
+                dots[t as usize] = pairwise_sum(&sums, comptime!(t * partials), partials);
+            }
+        }
+        _ => {
+            #[unroll]
+            for t in 0..count {
+                let row = b_start + (t * b_stride) as usize;
+                dots[t as usize] = row_dot(a, a_start, b, row, len, how);
+            }
+        }
+    }
+    dots
+}
+
+/// Interleaved partial sums per dot of [`row_dots`]: [`DOT_PARTIALS`], halved until all of
+/// them fit in [`MAX_PARTIAL_SUMS`] (at least 1).
+fn partial_sums_per_dot(count: u32) -> u32 {
+    let mut partials = DOT_PARTIALS;
+    while partials > 1 && count * partials > MAX_PARTIAL_SUMS {
+        partials /= 2;
+    }
+    partials
+}
+
+/// `sums[first..first + n]` added pairwise, `n` 1, 2 or 4: `(s0 + s1) + (s2 + s3)`, the order
+/// of `row_dot_f32`.
+#[cube]
+fn pairwise_sum(sums: &Array<f32>, #[comptime] first: u32, #[comptime] n: u32) -> f32 {
+    let at = first as usize;
+    if comptime!(n == 4) {
+        (sums[at] + sums[at + 1]) + (sums[at + 2] + sums[at + 3])
+    } else if comptime!(n == 2) {
+        sums[at] + sums[at + 1]
+    } else {
+        sums[at]
+    }
+}
+
 /// `sum_d a[a_start + d] * b[b_start + d]` for `d < len`, summed as `how` says.
 #[cube]
 pub fn row_dot(
