@@ -36,12 +36,11 @@ for s in "$@"; do
         [ -x "$BIN/$t" ] && step "kernels-$t" "$BIN/$t" --test-threads=4
       done ;;
     ptests)
-      # The device suites at once (nvrtc compiles on 16 cores): the forward with the default
-      # blocks and with 32-row planes everywhere, the backward, wave64 and conformance.
+      # The device suites at once (nvrtc compiles on 16 cores): forward, backward, wave64
+      # and conformance.
       start=$SECONDS
-      for run in forward forward-rows32 backward wave64 conformance; do
+      for run in forward backward wave64 conformance; do
         case $run in
-          forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
           conformance) cmd=("$BIN/conformance" --test-threads=1) ;;
           *) cmd=("$BIN/$run" --test-threads=4) ;;
         esac
@@ -49,7 +48,7 @@ for s in "$@"; do
          echo "== $run: exit $?, $((SECONDS - start)) s") &
       done
       wait
-      for run in forward forward-rows32 backward wave64 conformance; do
+      for run in forward backward wave64 conformance; do
         echo "-- $run"; grep -E "^test result|FAILED|panicked" "$OUT/p-$run.log" | head -12
       done ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
