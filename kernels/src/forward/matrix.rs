@@ -187,53 +187,20 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         sync_cube();
 
         // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
-        #[unroll]
-        for n in 0..comptime!(bkv / MATRIX_TILE) {
-            let s = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::Undefined,
-                0.0f32,
-            );
-            #[unroll]
-            for kk in 0..comptime!(dk / MATRIX_TILE) {
-                let q_frag = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    cmma::MatrixLayout::RowMajor,
-                    &tiles
-                        .q
-                        .slice((plane_row * dk + kk * MATRIX_TILE) as usize, tiles.q.len()),
-                    dk,
-                );
-                let k_frag = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::B,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    cmma::MatrixLayout::ColMajor,
-                    &tiles.k.slice(
-                        ((n * MATRIX_TILE) * dk + kk * MATRIX_TILE) as usize,
-                        tiles.k.len(),
-                    ),
-                    dk,
-                );
-                cmma::execute::<F, F, f32, f32>(&q_frag, &k_frag, &s, &s);
-            }
-            let s_len = tiles.s.len();
-            cmma::store(
-                &mut tiles
-                    .s
-                    .slice_mut((plane_row * bkv + n * MATRIX_TILE) as usize, s_len),
-                &s,
-                bkv,
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
+        plane_product::<F>(
+            &tiles.q,
+            dk,
+            &tiles.k,
+            cmma::MatrixLayout::ColMajor,
+            dk,
+            comptime!(MATRIX_TILE * dk),
+            MATRIX_TILE,
+            &mut tiles.s,
+            bkv,
+            plane_row,
+            comptime!(bkv / MATRIX_TILE),
+            comptime!(dk / MATRIX_TILE),
+        );
         sync_cube();
 
         // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
@@ -270,53 +237,20 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         );
 
         // P V for this plane's rows, into shared memory.
-        #[unroll]
-        for n in 0..comptime!(dv / MATRIX_TILE) {
-            let pv = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::Undefined,
-                0.0f32,
-            );
-            #[unroll]
-            for kk in 0..comptime!(bkv / MATRIX_TILE) {
-                let p_frag = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::A,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    cmma::MatrixLayout::RowMajor,
-                    &tiles
-                        .p
-                        .slice((plane_row * bkv + kk * MATRIX_TILE) as usize, tiles.p.len()),
-                    bkv,
-                );
-                let v_frag = cmma::Matrix::<F>::from_slice(
-                    cmma::MatrixIdent::B,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    MATRIX_TILE as usize,
-                    cmma::MatrixLayout::RowMajor,
-                    &tiles.v.slice(
-                        ((kk * MATRIX_TILE) * dv + n * MATRIX_TILE) as usize,
-                        tiles.v.len(),
-                    ),
-                    dv,
-                );
-                cmma::execute::<F, F, f32, f32>(&p_frag, &v_frag, &pv, &pv);
-            }
-            let pv_len = tiles.pv.len();
-            cmma::store(
-                &mut tiles
-                    .pv
-                    .slice_mut((plane_row * dv + n * MATRIX_TILE) as usize, pv_len),
-                &pv,
-                dv,
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
+        plane_product::<F>(
+            &tiles.p,
+            bkv,
+            &tiles.v,
+            cmma::MatrixLayout::RowMajor,
+            dv,
+            MATRIX_TILE,
+            comptime!(MATRIX_TILE * dv),
+            &mut tiles.pv,
+            dv,
+            plane_row,
+            comptime!(dv / MATRIX_TILE),
+            comptime!(bkv / MATRIX_TILE),
+        );
         sync_cube();
 
         // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
@@ -327,5 +261,67 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         for c in 0..config.out_cols_per_unit() {
             acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
         }
+    }
+}
+
+/// `out = A B` for this plane's 16 rows on 16x16x16 cmma, f32 accumulation: A row-major with
+/// `a_cols` columns (rows `[plane_row, plane_row + 16)`, `k_tiles` tiles of k); B read in
+/// `b_layout` with leading dimension `b_stride`, its tile `(k, n)` at `k b_k_step + n b_n_step`;
+/// `n_tiles` output tiles stored row-major into `out` (`out_cols` columns).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn plane_product<F: Float>(
+    a: &SharedMemory<F>,
+    #[comptime] a_cols: u32,
+    b: &SharedMemory<F>,
+    #[comptime] b_layout: cmma::MatrixLayout,
+    #[comptime] b_stride: u32,
+    #[comptime] b_n_step: u32,
+    #[comptime] b_k_step: u32,
+    out: &mut SharedMemory<f32>,
+    #[comptime] out_cols: u32,
+    plane_row: u32,
+    #[comptime] n_tiles: u32,
+    #[comptime] k_tiles: u32,
+) {
+    #[unroll]
+    for n in 0..n_tiles {
+        let acc = cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            MATRIX_TILE as usize,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        );
+        #[unroll]
+        for kk in 0..k_tiles {
+            let a_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                cmma::MatrixLayout::RowMajor,
+                &a.slice((plane_row * a_cols + kk * MATRIX_TILE) as usize, a.len()),
+                a_cols,
+            );
+            let b_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                MATRIX_TILE as usize,
+                b_layout,
+                &b.slice((kk * b_k_step + n * b_n_step) as usize, b.len()),
+                b_stride,
+            );
+            cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, &acc, &acc);
+        }
+        let out_len = out.len();
+        cmma::store(
+            &mut out.slice_mut((plane_row * out_cols + n * MATRIX_TILE) as usize, out_len),
+            &acc,
+            out_cols,
+            cmma::MatrixLayout::RowMajor,
+        );
     }
 }
