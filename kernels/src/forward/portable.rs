@@ -8,7 +8,7 @@
 use cubecl::prelude::*;
 
 use crate::config::FlashConfig;
-use crate::primitives::dot::row_dots;
+use crate::primitives::dot::{fuses_dots, row_dot, row_dots};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_tile};
@@ -162,21 +162,39 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
         // S = Q K^T for this unit's columns (keys `lane + t * lanes`), transformed into
         // logits, kept in registers.
         let cols = comptime!(config.kv_cols_per_unit());
-        let mut logits = row_dots(
-            &tiles.q,
-            (role.row * dk) as usize,
-            &tiles.k,
-            (role.lane * dk) as usize,
-            comptime!(lanes * dk),
-            config.head_dim,
-            cols,
-            config.dot,
-        );
+        let fused = comptime!(fuses_dots(config.dot, cols));
+        let q_row = (role.row * dk) as usize;
+        let mut logits = Array::<f32>::new(cols as usize);
+        if comptime!(fused) {
+            row_dots(
+                &tiles.q,
+                q_row,
+                &tiles.k,
+                (role.lane * dk) as usize,
+                comptime!(lanes * dk),
+                config.head_dim,
+                cols,
+                &mut logits,
+            );
+        }
         #[unroll]
         for t in 0..cols {
             let col = role.lane + t * lanes;
+            let dot = if comptime!(fused) {
+                logits[t as usize]
+            } else {
+                let k_row = (col * dk) as usize;
+                row_dot(
+                    &tiles.q,
+                    q_row,
+                    &tiles.k,
+                    k_row,
+                    config.head_dim,
+                    config.dot,
+                )
+            };
             logits[t as usize] = score::<F, M>(
-                logits[t as usize],
+                dot,
                 role.read_row,
                 kv_start + col,
                 params,

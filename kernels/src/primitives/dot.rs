@@ -22,14 +22,27 @@ pub enum DotSum {
 
 /// Accumulators [`row_dots`] may keep per unit for its partial sums (f32 registers).
 const MAX_PARTIAL_SUMS: u32 = 32;
+/// Rows of `b` from which the portable forward fuses its dots ([`row_dots`]). Two fused rows
+/// save a quarter of the reads, and there the fused loop made LLVM's AMDGPU backend unroll it
+/// into 156 spilled VGPRs (bf16, u8 mask, head_dim 127 on gfx942;
+/// `scripts/hip_offline_check.sh`); from four rows on the saving is 3/8 or more and no
+/// compiled variant spills.
+const FUSED_DOTS_FROM: u32 = 4;
 
-/// `row_dot` of row `a_start` of `a` with the `count` rows `b_start + t * b_stride` of `b`
-/// (`t < count`). With [`DotSum::Plain`], every element of the `a` row is read from shared
-/// memory once for all `count` rows: `1 + count` reads per `count` FMAs instead of `2 count`
-/// (the portable forward is bound by shared-memory reads). Each dot keeps
+/// Whether `count` dots summed as `how` go through [`row_dots`] (else one [`row_dot`] each,
+/// each followed by its own use: computing them all first made the same backend interleave
+/// their unrolled loops and spill).
+pub fn fuses_dots(how: DotSum, count: u32) -> bool {
+    how == DotSum::Plain && count >= FUSED_DOTS_FROM
+}
+
+/// [`DotSum::Plain`] dots of row `a_start` of `a` with the `count` rows
+/// `b_start + t * b_stride` of `b` (`t < count`), into `dots[..count]`: every element of the `a` row is read from
+/// shared memory once for all `count` rows, `1 + count` reads per `count` FMAs instead of
+/// `2 count` (the portable forward is bound by shared-memory reads). Each dot keeps
 /// [`DOT_PARTIALS`] interleaved partial sums while `count * DOT_PARTIALS` fits in
-/// [`MAX_PARTIAL_SUMS`] registers (then bit-identical to [`row_dot`]), fewer beyond. The
-/// other sums, for f32 outputs, call [`row_dot`] per row.
+/// [`MAX_PARTIAL_SUMS`] registers (then bit-identical to [`row_dot`]), fewer beyond. Worth it
+/// from [`FUSED_DOTS_FROM`] rows: see [`fuses_dots`].
 #[cube]
 pub fn row_dots(
     a: &SharedMemory<f32>,
@@ -39,55 +52,42 @@ pub fn row_dots(
     #[comptime] b_stride: u32,
     #[comptime] len: u32,
     #[comptime] count: u32,
-    #[comptime] how: DotSum,
-) -> Array<f32> {
-    let mut dots = Array::<f32>::new(count as usize);
-    match how {
-        DotSum::Plain => {
-            let partials = comptime!(partial_sums_per_dot(count));
-            let groups = comptime!(len / partials);
-            let mut sums = Array::<f32>::new(comptime!((count * partials) as usize));
-            #[unroll]
-            for i in 0..comptime!(count * partials) {
-                sums[i as usize] = 0.0f32;
-            }
-            for group in 0..groups {
-                let d = (group * partials) as usize;
-                #[unroll]
-                for p in 0..partials {
-                    let x = a[a_start + d + p as usize];
-                    #[unroll]
-                    for t in 0..count {
-                        let at = (t * partials + p) as usize;
-                        let row = b_start + (t * b_stride) as usize;
-                        sums[at] = fma(x, b[row + d + p as usize], sums[at]);
-                    }
-                }
-            }
-            // The last len % partials products go to the first partial sum.
-            for d in comptime!(groups * partials)..len {
-                let x = a[a_start + d as usize];
-                #[unroll]
-                for t in 0..count {
-                    let at = (t * partials) as usize;
-                    let row = b_start + (t * b_stride) as usize;
-                    sums[at] = fma(x, b[row + d as usize], sums[at]);
-                }
-            }
+    dots: &mut Array<f32>,
+) {
+    let partials = comptime!(partial_sums_per_dot(count));
+    let groups = comptime!(len / partials);
+    let mut sums = Array::<f32>::new(comptime!((count * partials) as usize));
+    #[unroll]
+    for i in 0..comptime!(count * partials) {
+        sums[i as usize] = 0.0f32;
+    }
+    for group in 0..groups {
+        let d = (group * partials) as usize;
+        #[unroll]
+        for p in 0..partials {
+            let x = a[a_start + d + p as usize];
             #[unroll]
             for t in 0..count {
-                dots[t as usize] = pairwise_sum(&sums, comptime!(t * partials), partials);
-            }
-        }
-        _ => {
-            #[unroll]
-            for t in 0..count {
+                let at = (t * partials + p) as usize;
                 let row = b_start + (t * b_stride) as usize;
-                dots[t as usize] = row_dot(a, a_start, b, row, len, how);
+                sums[at] = fma(x, b[row + d + p as usize], sums[at]);
             }
         }
     }
-    dots
+    // The last len % partials products go to the first partial sum.
+    for d in comptime!(groups * partials)..len {
+        let x = a[a_start + d as usize];
+        #[unroll]
+        for t in 0..count {
+            let at = (t * partials) as usize;
+            let row = b_start + (t * b_stride) as usize;
+            sums[at] = fma(x, b[row + d as usize], sums[at]);
+        }
+    }
+    #[unroll]
+    for t in 0..count {
+        dots[t as usize] = pairwise_sum(&sums, comptime!(t * partials), partials);
+    }
 }
 
 /// Interleaved partial sums per dot of [`row_dots`]: [`DOT_PARTIALS`], halved until all of
