@@ -70,7 +70,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     params: ScoreParams,
     #[comptime] config: BackwardConfig,
 ) {
-    let units = comptime!(config.block_kv / MATRIX_TILE * LANES);
+    let units = config.units;
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let kv_start = CUBE_POS_X * config.block_kv;

@@ -65,7 +65,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
     params: ScoreParams,
     #[comptime] config: BackwardConfig,
 ) {
-    let units = comptime!(config.block_q / MATRIX_TILE * LANES);
+    let units = config.units;
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_block = CUBE_POS_X;
@@ -188,7 +188,7 @@ fn load_kv_block<F: Float, N: Size>(
     kv_start: u32,
     #[comptime] config: BackwardConfig,
 ) {
-    let units = comptime!(config.block_q / MATRIX_TILE * LANES);
+    let units = config.units;
     copy_rows::<F, N>(
         k,
         k_view,
