@@ -176,6 +176,7 @@ fn row_dot_f64(
     f32::cast_from(sum)
 }
 
+/// The [`DotSum::Plain`] sum: [`row_dots`] of one row.
 #[cube]
 fn row_dot_f32(
     a: &SharedMemory<f32>,
@@ -184,21 +185,7 @@ fn row_dot_f32(
     b_start: usize,
     #[comptime] len: u32,
 ) -> f32 {
-    let groups = comptime!(len / DOT_PARTIALS);
-    let mut sum0 = f32::new(0.0);
-    let mut sum1 = f32::new(0.0);
-    let mut sum2 = f32::new(0.0);
-    let mut sum3 = f32::new(0.0);
-    for group in 0..groups {
-        let d = (group * DOT_PARTIALS) as usize;
-        sum0 = fma(a[a_start + d], b[b_start + d], sum0);
-        sum1 = fma(a[a_start + d + 1], b[b_start + d + 1], sum1);
-        sum2 = fma(a[a_start + d + 2], b[b_start + d + 2], sum2);
-        sum3 = fma(a[a_start + d + 3], b[b_start + d + 3], sum3);
-    }
-    // The last len % DOT_PARTIALS products.
-    for d in comptime!(groups * DOT_PARTIALS)..len {
-        sum0 = fma(a[a_start + d as usize], b[b_start + d as usize], sum0);
-    }
-    (sum0 + sum1) + (sum2 + sum3)
+    let mut dot = Array::<f32>::new(1usize);
+    row_dots(a, a_start, b, b_start, 0u32, len, 1u32, &mut dot);
+    dot[0]
 }
