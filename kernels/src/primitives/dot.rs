@@ -100,8 +100,7 @@ fn partial_sums_per_dot(count: u32) -> u32 {
     partials
 }
 
-/// `sums[first..first + n]` added pairwise, `n` 1, 2 or 4: `(s0 + s1) + (s2 + s3)`, the order
-/// of `row_dot_f32`.
+/// `sums[first..first + n]` added pairwise, `n` 1, 2 or 4: `(s0 + s1) + (s2 + s3)`.
 #[cube]
 fn pairwise_sum(sums: &Array<f32>, #[comptime] first: u32, #[comptime] n: u32) -> f32 {
     let at = first as usize;
