@@ -7,7 +7,7 @@
 #   STEP: ptests | ktests | conformance | speed | quick | memory | anchors | tune
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
-# mma forward (BURN_FLASH_MMA=planes,block_kv) and backward
+# mma forward (BURN_FLASH_MMA=planes,block_kv[,plane_rows]) and backward
 # (BURN_FLASH_MMA_BWD=planes,inner).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,11 +36,12 @@ for s in "$@"; do
         [ -x "$BIN/$t" ] && step "kernels-$t" "$BIN/$t" --test-threads=4
       done ;;
     ptests)
-      # The device suites at once (nvrtc compiles on 16 cores): forward, backward, wave64
-      # and conformance.
+      # The device suites at once (nvrtc compiles on 16 cores): forward (default blocks, and
+      # 32-row planes everywhere), backward, wave64 and conformance.
       start=$SECONDS
-      for run in forward backward wave64 conformance; do
+      for run in forward forward-rows32 backward wave64 conformance; do
         case $run in
+          forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
           conformance) cmd=("$BIN/conformance" --test-threads=1) ;;
           *) cmd=("$BIN/$run" --test-threads=4) ;;
         esac
@@ -48,7 +49,7 @@ for s in "$@"; do
          echo "== $run: exit $?, $((SECONDS - start)) s") &
       done
       wait
-      for run in forward backward wave64 conformance; do
+      for run in forward forward-rows32 backward wave64 conformance; do
         echo "-- $run"; grep -E "^test result|FAILED|panicked" "$OUT/p-$run.log" | head -12
       done ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
@@ -57,7 +58,7 @@ for s in "$@"; do
     memory) step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     tune)
-      for cfg in ${TUNE_FWD:-8,64 8,32 4,64}; do
+      for cfg in ${TUNE_FWD:-4,64,32 4,32,32 2,64,32 8,64 8,32}; do
         BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
         sed "s/^/$cfg;/" "$OUT/tune-fwd-${cfg//,/x}.log" | grep -v impl
       done

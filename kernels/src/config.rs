@@ -34,6 +34,9 @@ impl ForwardPath {
 pub const MATRIX_TILE: u32 = 16;
 /// Elements per global load and per `ldmatrix` row on the mma path (16 bytes of f16/bf16).
 pub const MMA_CHUNK: u32 = 8;
+/// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers
+/// (128 = 64 registers per lane; more spills next to the O accumulators).
+const MMA_Q_REGISTER_COLS: u32 = 128;
 /// Bytes of one f32 (softmax statistics, S, the portable tiles and the accumulators).
 const F32_BYTES: usize = 4;
 
@@ -120,9 +123,22 @@ impl FlashConfig {
         self.val_dim_tile() / MMA_CHUNK + 1
     }
 
-    /// Planes per cube on the matrix and mma paths: one plane per 16 query rows.
+    /// Planes per cube on the matrix and mma paths: `plane_size / units_per_row` query rows
+    /// per plane (16 on the matrix path; 16 or 32 on the mma path).
     pub fn num_planes(&self) -> u32 {
-        self.block_q / MATRIX_TILE
+        self.units() / self.plane_size
+    }
+
+    /// Mma path: 16-row tiles of queries each plane owns (1 or 2). With 2, every K and V
+    /// fragment read from shared memory feeds two mmas (FA-2's 32 rows per warp).
+    pub fn mma_row_tiles(&self) -> u32 {
+        self.plane_size / (self.units_per_row * MATRIX_TILE)
+    }
+
+    /// Mma path: whether the plane's Q fragments stay in registers for the whole kernel
+    /// (otherwise they are read from the shared Q tile for every key block).
+    pub fn mma_q_in_registers(&self) -> bool {
+        self.mma_row_tiles() * self.head_dim_tile() <= MMA_Q_REGISTER_COLS
     }
 
     /// Shared memory the kernel declares, in bytes.

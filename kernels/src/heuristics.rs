@@ -41,14 +41,29 @@ const MMA_PLANE_SIZE: u32 = LANES;
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;
-/// Planes per cube on the mma path (block_q = 16 * planes) and key/value rows per block,
-/// unless `BURN_FLASH_MMA=planes,block_kv` overrides them (a benchmarking knob). Measured on
-/// the H200 (bf16, benches/RESULTS.md 2026-11-30): 8 x 64 beat 4 x 64, 2 x 64, 4 x 128, 8 x 128
-/// and 4 x 32 at both bar shapes before the fast exp; after it, 8 x 32 was faster at head_dim
-/// 64 (146 vs 122 TFLOP/s) and 16 x 64 spilled at head_dim 128 (34 TFLOP/s). The H200
-/// correctness suites ran with 4 x 64; the mma kernels are generic in both numbers.
-const MMA_PLANES: u32 = 8;
-const MMA_BLOCK_KV: u32 = 64;
+/// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows]` overrides
+/// them (a benchmarking knob): `planes` planes of `plane_rows` query rows and `block_kv` keys
+/// per block. Measured on the H200 (bf16, benches/RESULTS.md 2026-11-30) with 16-row planes:
+/// 8 x 64 beat 4 x 64, 2 x 64, 4 x 128, 8 x 128 and 4 x 32 at both bar shapes before the fast
+/// exp; after it, 8 x 32 was faster at head_dim 64 (146 vs 122 TFLOP/s) and 16 x 64 spilled at
+/// head_dim 128 (34 TFLOP/s). The H200 correctness suites ran with 16-row planes. 32-row
+/// planes (two row tiles: each K/V fragment read from shared memory feeds two mmas, FA-2's 32
+/// rows per warp) are expanded and compiled to CUDA in CI (`tests/mma_codegen.rs`) but have
+/// not run on a GPU yet: they are only taken when asked for.
+const MMA_BLOCKS: MmaBlocks = MmaBlocks {
+    planes: 8,
+    block_kv: 64,
+    plane_rows: 16,
+};
+
+/// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32), and
+/// `block_kv` key/value rows per block (the backward's inner block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MmaBlocks {
+    pub planes: u32,
+    pub block_kv: u32,
+    pub plane_rows: u32,
+}
 
 /// The chosen configuration and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,14 +247,26 @@ pub fn plan_forward(
         }
         _ => "",
     };
-    let reason = format!(
-        "{} path ({why}); block_q = {}, block_kv = {}: largest that fit {} of {} bytes of shared memory{numerics}",
-        path.name(),
-        config.block_q,
-        config.block_kv,
-        config.shared_memory_bytes(),
-        props.hardware.max_shared_memory_size
-    );
+    let blocks = match path {
+        ForwardPath::Mma => format!(
+            "{} planes of {} rows, block_q = {}, block_kv = {}: the measured defaults \
+             (or BURN_FLASH_MMA), {} of {} bytes of shared memory",
+            config.num_planes(),
+            config.mma_row_tiles() * MATRIX_ROWS_PER_PLANE,
+            config.block_q,
+            config.block_kv,
+            config.shared_memory_bytes(),
+            props.hardware.max_shared_memory_size
+        ),
+        _ => format!(
+            "block_q = {}, block_kv = {}: largest that fit {} of {} bytes of shared memory",
+            config.block_q,
+            config.block_kv,
+            config.shared_memory_bytes(),
+            props.hardware.max_shared_memory_size
+        ),
+    };
+    let reason = format!("{} path ({why}); {blocks}{numerics}", path.name());
     Ok(ForwardPlan { config, reason })
 }
 
@@ -349,18 +376,34 @@ pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
         .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)
 }
 
-/// A benchmarking override of an mma path's blocks: `VAR=planes,rows` with 1..=16 planes and
-/// rows a positive multiple of 16 (anything else is ignored).
-pub(crate) fn mma_blocks_override(var: &str) -> Option<(u32, u32)> {
+/// A benchmarking override of an mma path's blocks: `VAR=planes,rows[,plane_rows]` with
+/// 1..=16 planes, rows a positive multiple of 16 and plane_rows 16 (the default) or 32
+/// (anything else is ignored).
+pub(crate) fn mma_blocks_override(var: &str) -> Option<MmaBlocks> {
     let value = std::env::var(var).ok()?;
-    let (planes, rows) = value.split_once(',')?;
-    let (planes, rows): (u32, u32) = (planes.trim().parse().ok()?, rows.trim().parse().ok()?);
-    ((1..=16).contains(&planes) && rows >= 16 && rows % 16 == 0).then_some((planes, rows))
+    let fields: Vec<u32> = value
+        .split(',')
+        .map(|field| field.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    let (planes, block_kv, plane_rows) = match fields[..] {
+        [planes, block_kv] => (planes, block_kv, TILE_M),
+        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows),
+        _ => return None,
+    };
+    let valid = (1..=16).contains(&planes)
+        && block_kv >= TILE_M
+        && block_kv.is_multiple_of(TILE_M)
+        && (plane_rows == TILE_M || plane_rows == 2 * TILE_M);
+    valid.then_some(MmaBlocks {
+        planes,
+        block_kv,
+        plane_rows,
+    })
 }
 
-/// The mma forward's (planes, block_kv): `BURN_FLASH_MMA` or the defaults.
-fn mma_blocks() -> (u32, u32) {
-    mma_blocks_override("BURN_FLASH_MMA").unwrap_or((MMA_PLANES, MMA_BLOCK_KV))
+/// The mma forward's blocks: `BURN_FLASH_MMA` or the defaults.
+fn mma_blocks() -> MmaBlocks {
+    mma_blocks_override("BURN_FLASH_MMA").unwrap_or(MMA_BLOCKS)
 }
 
 fn mma_config(
@@ -374,14 +417,18 @@ fn mma_config(
             problem.dtype, problem.head_dim, problem.val_dim
         )));
     }
-    let (planes, block_kv) = mma_blocks();
+    let MmaBlocks {
+        planes,
+        block_kv,
+        plane_rows,
+    } = mma_blocks();
     let config = FlashConfig {
         path: ForwardPath::Mma,
-        block_q: planes * MATRIX_ROWS_PER_PLANE,
+        block_q: planes * plane_rows,
         block_kv,
         head_dim: problem.head_dim as u32,
         val_dim: problem.val_dim as u32,
-        units_per_row: MMA_PLANE_SIZE / MATRIX_ROWS_PER_PLANE,
+        units_per_row: MMA_PLANE_SIZE / plane_rows,
         plane_size: MMA_PLANE_SIZE,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: false,

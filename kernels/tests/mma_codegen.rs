@@ -12,25 +12,27 @@ use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::F
 use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
-use cubecl::prelude::*;
 use common::cuda_codegen::{cuda_source, dump, problem, settings};
+use cubecl::prelude::*;
 
 fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
-    cuda_source(FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
-        settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
-        client.clone(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        params(),
-        MMA_CHUNK as usize,
-        config,
-    ))
+    cuda_source(
+        FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
+            settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
+            client.clone(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            params(),
+            MMA_CHUNK as usize,
+            config,
+        ),
+    )
 }
 
 fn params() -> ScoreParamsCompilationArg {
@@ -61,32 +63,53 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         all_options(problem(FloatKind::F16, 96, 64, 203, 113)),
         all_options(problem(FloatKind::BF16, 128, 128, 4096, 4096)),
     ];
-    for case in cases {
+    // The planned blocks, and the same block of queries with the other row tiling (16 <-> 32
+    // rows per plane; `BURN_FLASH_MMA=planes,block_kv,plane_rows` picks either).
+    let with_both_tilings = cases.into_iter().flat_map(|case| {
         let plan = plan_forward(&props, &case, None).expect("planned");
-        assert_eq!(plan.config.path, ForwardPath::Mma, "{case:?}: {}", plan.reason);
+        let other = FlashConfig {
+            units_per_row: 3 - plan.config.units_per_row,
+            ..plan.config
+        };
+        [
+            (case, plan.config, plan.reason.clone()),
+            (case, other, plan.reason),
+        ]
+    });
+    for (case, config, reason) in with_both_tilings {
+        assert_eq!(config.path, ForwardPath::Mma, "{case:?}: {reason}");
         let (source, shared) = match (case.dtype, case.mask) {
-            (FloatKind::F16, Some(MaskKind::U8)) => {
-                mma_source::<half::f16, u8>(&client, plan.config)
-            }
-            (FloatKind::F16, _) => mma_source::<half::f16, u32>(&client, plan.config),
-            (FloatKind::BF16, Some(MaskKind::U8)) => {
-                mma_source::<half::bf16, u8>(&client, plan.config)
-            }
-            (FloatKind::BF16, _) => mma_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::F16, Some(MaskKind::U8)) => mma_source::<half::f16, u8>(&client, config),
+            (FloatKind::F16, _) => mma_source::<half::f16, u32>(&client, config),
+            (FloatKind::BF16, Some(MaskKind::U8)) => mma_source::<half::bf16, u8>(&client, config),
+            (FloatKind::BF16, _) => mma_source::<half::bf16, u32>(&client, config),
             (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
         };
+        let rows = config.mma_row_tiles() * 16;
         dump(
-            &format!("mma_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim),
+            &format!(
+                "mma_{:?}_hd{}_dv{}_rows{rows}.cu",
+                case.dtype, case.head_dim, case.val_dim
+            ),
             &source,
         );
         println!(
-            "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
-            plan.reason,
+            "{case:?}, {rows} rows per plane: {reason} ({} bytes of CUDA, {shared} bytes of \
+             shared memory)",
             source.len()
         );
-        assert!(source.contains("mma.sync"), "{case:?}: no mma.sync in the source");
-        assert!(source.contains("ldmatrix"), "{case:?}: no ldmatrix in the source");
-        assert!(source.contains("__expf"), "{case:?}: no fast exp in the source");
+        assert!(
+            source.contains("mma.sync"),
+            "{case:?}: no mma.sync in the source"
+        );
+        assert!(
+            source.contains("ldmatrix"),
+            "{case:?}: no ldmatrix in the source"
+        );
+        assert!(
+            source.contains("__expf"),
+            "{case:?}: no fast exp in the source"
+        );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
             shared <= common::H200_SHARED_MEMORY,
@@ -94,7 +117,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         );
         assert_eq!(
             shared,
-            plan.config.shared_memory_bytes(),
+            config.shared_memory_bytes(),
             "{case:?}: heuristics' shared memory estimate"
         );
     }
@@ -124,7 +147,12 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
     for case in cases {
         for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
             let plan = plan_backward(&props, &case, kernel).expect("planned");
-            assert_eq!(plan.config.path, BackwardPath::Mma, "{case:?}: {}", plan.reason);
+            assert_eq!(
+                plan.config.path,
+                BackwardPath::Mma,
+                "{case:?}: {}",
+                plan.reason
+            );
             let config = plan.config;
             let outer = match kernel {
                 BackwardKernel::KeyValue => config.block_kv,
@@ -133,25 +161,110 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             let settings = settings(CubeDim::new_2d(32, outer / 16));
             let chunk = MMA_CHUNK as usize;
             let (source, shared) = match (kernel, case.dtype) {
-                (BackwardKernel::KeyValue, FloatKind::BF16) => cuda_source(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
-                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
-                )),
-                (BackwardKernel::KeyValue, _) => cuda_source(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
-                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
-                )),
-                (BackwardKernel::Query, FloatKind::BF16) => cuda_source(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
-                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
-                )),
-                (BackwardKernel::Query, _) => cuda_source(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
-                    settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), params(), chunk, config,
-                )),
+                (BackwardKernel::KeyValue, FloatKind::BF16) => {
+                    cuda_source(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                        settings,
+                        client.clone(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        params(),
+                        chunk,
+                        config,
+                    ))
+                }
+                (BackwardKernel::KeyValue, _) => {
+                    cuda_source(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                        settings,
+                        client.clone(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        params(),
+                        chunk,
+                        config,
+                    ))
+                }
+                (BackwardKernel::Query, FloatKind::BF16) => {
+                    cuda_source(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
+                        settings,
+                        client.clone(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        params(),
+                        chunk,
+                        config,
+                    ))
+                }
+                (BackwardKernel::Query, _) => {
+                    cuda_source(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
+                        settings,
+                        client.clone(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        tensor(),
+                        params(),
+                        chunk,
+                        config,
+                    ))
+                }
             };
-            dump(&format!("mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim), &source);
-            println!("{case:?} {kernel:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)", plan.reason, source.len());
-            assert!(source.contains("mma.sync"), "{case:?} {kernel:?}: no mma.sync");
-            assert!(source.contains("ldmatrix"), "{case:?} {kernel:?}: no ldmatrix");
-            assert!(!source.contains("#error"), "{case:?} {kernel:?}: #error in the source");
-            assert_eq!(shared, config.shared_memory_bytes(), "{case:?} {kernel:?}: shared memory estimate");
+            dump(
+                &format!(
+                    "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu",
+                    case.dtype, case.head_dim, case.val_dim
+                ),
+                &source,
+            );
+            println!(
+                "{case:?} {kernel:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
+                plan.reason,
+                source.len()
+            );
+            assert!(
+                source.contains("mma.sync"),
+                "{case:?} {kernel:?}: no mma.sync"
+            );
+            assert!(
+                source.contains("ldmatrix"),
+                "{case:?} {kernel:?}: no ldmatrix"
+            );
+            assert!(
+                !source.contains("#error"),
+                "{case:?} {kernel:?}: #error in the source"
+            );
+            assert_eq!(
+                shared,
+                config.shared_memory_bytes(),
+                "{case:?} {kernel:?}: shared memory estimate"
+            );
         }
     }
 }

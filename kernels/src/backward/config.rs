@@ -62,14 +62,19 @@ pub enum BackwardPath {
 /// Planes per cube on the mma path (the outer, accumulated block is 16 rows per plane) and
 /// rows of the inner (streamed) block, unless `BURN_FLASH_MMA_BWD=planes,inner` overrides them
 /// (a benchmarking knob). 4 x 64 is what the H200 suites ran with; 4 x 32 was faster in the
-/// benchmark (forward + backward 137 vs 87 TFLOP/s at (16,16,2048,128)) but has not yet run
-/// through the suites.
+/// benchmark (forward + backward 137 vs 87 TFLOP/s at (16,16,2048,128), benches/RESULTS.md
+/// 2026-11-30) but has not yet run through the suites.
 const MMA_PLANES: u32 = 4;
 const MMA_INNER_BLOCK: u32 = 64;
 
-/// The mma backward's (planes, inner rows): `BURN_FLASH_MMA_BWD` or the defaults.
+/// The mma backward's (planes, inner rows): `BURN_FLASH_MMA_BWD` (16-row planes only) or the
+/// defaults.
 fn mma_blocks() -> (u32, u32) {
-    mma_blocks_override("BURN_FLASH_MMA_BWD").unwrap_or((MMA_PLANES, MMA_INNER_BLOCK))
+    mma_blocks_override("BURN_FLASH_MMA_BWD")
+        .filter(|blocks| blocks.plane_rows == MATRIX_TILE)
+        .map_or((MMA_PLANES, MMA_INNER_BLOCK), |blocks| {
+            (blocks.planes, blocks.block_kv)
+        })
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -160,7 +165,11 @@ impl BackwardConfig {
 
     /// Elements of the P tile (1 when it is not kept: shared arrays cannot be empty).
     pub fn p_tile_len(&self) -> u32 {
-        if self.keeps_p() { self.block_q * self.score_tile_cols() } else { 1 }
+        if self.keeps_p() {
+            self.block_q * self.score_tile_cols()
+        } else {
+            1
+        }
     }
 
     /// Row length, in 8-element chunks, of the mma path's Q and K tiles (one chunk of padding:

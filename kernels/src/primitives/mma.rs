@@ -172,9 +172,11 @@ pub fn product_with_rows<F: Float, N: Size>(
     acc
 }
 
-/// `acc += X B` where X is the accumulator array `x` (16 rows, `8 k_tiles` columns, cast to F
-/// as A fragments) and B rows `[0, 8 k_tiles)` of a row-major tile of `stride` chunks, over
-/// `n_steps` 16-column steps of B (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K).
+/// `acc += X B` where X is the accumulator array `x` (`row_tiles` stacked 16-row tiles of
+/// `8 k_tiles` columns, cast to F as A fragments) and B rows `[0, 8 k_tiles)` of a row-major
+/// tile of `stride` chunks, over `n_steps` 16-column steps of B (O += P V, dV += P^T dO,
+/// dK += dS^T Q, dQ += dS K). Row tile `t` of `x` starts at accumulator tile `t k_tiles`, of
+/// `acc` at `2 t n_steps`; each B fragment is read once for all row tiles.
 #[cube]
 pub fn accumulate_product<F: Float, N: Size>(
     x: &Array<Pair<f32>>,
@@ -182,17 +184,42 @@ pub fn accumulate_product<F: Float, N: Size>(
     #[comptime] stride: u32,
     #[comptime] k_tiles: u32,
     #[comptime] n_steps: u32,
+    #[comptime] row_tiles: u32,
     acc: &mut Array<Pair<f32>>,
 ) {
+    let a_steps = comptime!(k_tiles / 2);
     #[unroll]
-    for kk in 0..comptime!(k_tiles / 2) {
-        let fragment = accumulators_as_a::<F>(x, kk);
+    for kk in 0..a_steps {
+        let mut fragments = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
+        #[unroll]
+        for t in 0..row_tiles {
+            let fragment = accumulators_as_a::<F>(x, comptime!(t * a_steps + kk));
+            #[unroll]
+            for r in 0..A_REGS {
+                fragments[(t * A_REGS + r) as usize] = fragment[r as usize];
+            }
+        }
         #[unroll]
         for jj in 0..n_steps {
             let b_fragments = load_b_by_cols::<F, N>(b, kk * TILE_M, stride, jj);
-            mma_tile_pair::<F>(&fragment, &b_fragments, acc, jj);
+            #[unroll]
+            for t in 0..row_tiles {
+                let fragment = a_fragment::<F>(&fragments, t);
+                mma_tile_pair::<F>(&fragment, &b_fragments, acc, comptime!(t * n_steps + jj));
+            }
         }
     }
+}
+
+/// A fragment `t` of an array of `A_REGS`-register fragments.
+#[cube]
+pub fn a_fragment<F: Float>(fragments: &Array<Pair<F>>, #[comptime] t: u32) -> Array<Pair<F>> {
+    let mut a = Array::<Pair<F>>::new(A_REGS as usize);
+    #[unroll]
+    for r in 0..A_REGS {
+        a[r as usize] = fragments[(t * A_REGS + r) as usize];
+    }
+    a
 }
 
 /// `acc tile += a * b[b_first..b_first + 2]` on accumulator tile `tile`.
@@ -234,8 +261,9 @@ pub fn mma_tile_pair<F: Float>(
 }
 
 /// Writes this lane's part of accumulator row `group + 8 half` (`half` 0 or 1; `dim / 8`
-/// tiles, padded to 16 columns), times `factor`, as row `row` of the (batch, head) of `out`
-/// starting at `base`. Columns at or past `dim` are not written; the caller checks the row.
+/// tiles from tile `first_tile`, padded to 16 columns), times `factor`, as row `row` of the
+/// (batch, head) of `out` starting at `base`. Columns at or past `dim` are not written; the
+/// caller checks the row.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn store_accumulator_row<F: Float>(
@@ -245,13 +273,14 @@ pub fn store_accumulator_row<F: Float>(
     row: u32,
     lane: Lane,
     factor: f32,
+    #[comptime] first_tile: u32,
     #[comptime] half: u32,
     #[comptime] dim: u32,
 ) {
     let row_base = base + row as usize * out.stride(2);
     #[unroll]
     for j in 0..comptime!(dim.div_ceil(TILE_M) * 2) {
-        let pair = acc[(j * ACC_REGS + half) as usize];
+        let pair = acc[((first_tile + j) * ACC_REGS + half) as usize];
         #[unroll]
         for e in 0..2u32 {
             let col = j * TILE_N + lane.quad * 2 + e;

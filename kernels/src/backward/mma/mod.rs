@@ -113,9 +113,19 @@ pub(super) fn write_rows<F: Float>(
 ) {
     let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
     if row < rows {
-        store_accumulator_row::<F>(out, acc, base, row, lane, factor, 0u32, dim);
+        store_accumulator_row::<F>(out, acc, base, row, lane, factor, 0u32, 0u32, dim);
     }
     if row + BOTTOM_ROW < rows {
-        store_accumulator_row::<F>(out, acc, base, row + BOTTOM_ROW, lane, factor, 1u32, dim);
+        store_accumulator_row::<F>(
+            out,
+            acc,
+            base,
+            row + BOTTOM_ROW,
+            lane,
+            factor,
+            0u32,
+            1u32,
+            dim,
+        );
     }
 }

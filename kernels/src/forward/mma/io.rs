@@ -82,7 +82,8 @@ pub(super) fn store_block<F: Float, N: Size>(
     );
 }
 
-/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`) of O,
+/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`, of
+/// the row tile whose O accumulators start at tile `first_tile`) of O,
 /// and its log-sum-exp from the first lane of the row group.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -95,6 +96,7 @@ pub(super) fn write_row<F: Float>(
     head: u32,
     row: u32,
     lane: Lane,
+    #[comptime] first_tile: u32,
     #[comptime] half: u32,
     seq_q: u32,
     #[comptime] config: FlashConfig,
@@ -102,7 +104,17 @@ pub(super) fn write_row<F: Float>(
     if row < seq_q {
         let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
         let normalizer = softmax.normalizer();
-        store_accumulator_row::<F>(o, acc, base, row, lane, normalizer, half, config.val_dim);
+        store_accumulator_row::<F>(
+            o,
+            acc,
+            base,
+            row,
+            lane,
+            normalizer,
+            first_tile,
+            half,
+            config.val_dim,
+        );
         if lane.quad == 0 {
             let at = batch as usize * lse.stride(0)
                 + head as usize * lse.stride(1)

@@ -23,16 +23,17 @@ use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
 use crate::primitives::chunk_io::{ChunkView, chunk_tile, chunk_view, copy_rows, staging};
 use crate::primitives::mma::{
-    A_REGS, ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product, lane,
-    load_a, load_b_by_rows, mma_tile_pair, quad_max, quad_sum, zero_accumulators,
+    BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
+    load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
 };
-use crate::primitives::online_softmax::OnlineSoftmax;
-use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
+use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
 
 use super::{ForwardArgs, score_tensors};
 use io::{Staged, stage_block, store_block, write_row};
+use rows::{Rows, query_fragments, query_step, softmax_row_tile};
 
 mod io;
+mod rows;
 
 /// Launches the mma kernel. The caller has validated the problem, checked the device and
 /// that q, k, v load in chunks of `chunk` elements.
@@ -66,17 +67,6 @@ struct Tiles<F: Float, N: Size> {
     v: SharedMemory<Vector<F, N>>,
 }
 
-/// The running state of this lane's two query rows.
-#[derive(CubeType)]
-struct Rows {
-    /// Row `group` of the plane's 16.
-    top: OnlineSoftmax,
-    /// Row `group + 8`.
-    bottom: OnlineSoftmax,
-    /// O accumulators, `val_dim_tile / 8` tiles.
-    acc: Array<Pair<f32>>,
-}
-
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
@@ -92,6 +82,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 ) {
     let units = comptime!(config.units());
     let head_chunks = comptime!(config.head_dim_tile() / MMA_CHUNK);
+    let row_tiles = comptime!(config.mma_row_tiles());
+    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
     // Causal: the last query blocks see the most keys; launching them first keeps the tail
     // of the grid short (FA-2 does the same).
     let mut q_block = CUBE_POS_X;
@@ -101,7 +93,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q;
-    let plane_row = UNIT_POS_Y * MATRIX_TILE;
+    let plane_row = UNIT_POS_Y * comptime!(row_tiles * MATRIX_TILE);
     let lane = lane();
     let k_view = chunk_view(k, batch, head);
     let v_view = chunk_view(v, batch, head);
@@ -121,7 +113,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         ),
     };
 
-    // Step 1: the query block into shared memory, then this plane's A fragments, once.
+    // Step 1: the query block into shared memory, then (if they fit) this plane's A
+    // fragments, once.
     copy_rows::<F, N>(
         q,
         &chunk_view(q, batch, head),
@@ -133,21 +126,9 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         units,
     );
     sync_cube();
-    let mut q_frags = Array::<Pair<F>>::new(comptime!((A_REGS * head_chunks / 2) as usize));
-    #[unroll]
-    for kk in 0..comptime!(head_chunks / 2) {
-        let frag = load_a::<F, N>(&tiles.q, plane_row, config.mma_head_stride(), kk);
-        #[unroll]
-        for r in 0..A_REGS {
-            q_frags[(kk * A_REGS + r) as usize] = frag[r as usize];
-        }
-    }
+    let q_frags = query_fragments::<F, N>(&tiles.q, plane_row, config);
 
-    let mut rows = Rows {
-        top: OnlineSoftmax::new(),
-        bottom: OnlineSoftmax::new(),
-        acc: zero_accumulators(comptime!(config.val_dim_tile() / TILE_N)),
-    };
+    let mut rows = Rows::new(row_tiles, val_tiles);
 
     // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
     let range = kv_block_range(
@@ -176,6 +157,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &range,
             kv_block,
             first_row,
+            plane_row,
             lane,
             &q_frags,
             &mut tiles,
@@ -198,6 +180,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &range,
             kv_block,
             first_row,
+            plane_row,
             lane,
             &q_frags,
             &mut tiles,
@@ -210,25 +193,29 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 
     // Step 3: the four lanes of a row group hold partial row sums; sum them, normalize once,
     // write O and the log-sum-exp.
-    rows.top.row_sum = quad_sum(rows.top.row_sum);
-    rows.bottom.row_sum = quad_sum(rows.bottom.row_sum);
-    let seq_q = params.seq_q;
-    write_row::<F>(
-        o, lse, &rows.acc, &rows.top, batch, head, first_row, lane, 0u32, seq_q, config,
-    );
-    write_row::<F>(
-        o,
-        lse,
-        &rows.acc,
-        &rows.bottom,
-        batch,
-        head,
-        first_row + BOTTOM_ROW,
-        lane,
-        1u32,
-        seq_q,
-        config,
-    );
+    #[unroll]
+    for t in 0..row_tiles {
+        #[unroll]
+        for half in 0..2u32 {
+            let i = t * 2 + half;
+            let mut softmax = rows.softmax(i);
+            softmax.row_sum = quad_sum(softmax.row_sum);
+            write_row::<F>(
+                o,
+                lse,
+                &rows.acc,
+                &softmax,
+                batch,
+                head,
+                first_row + t * TILE_M + half * BOTTOM_ROW,
+                lane,
+                comptime!(t * val_tiles),
+                half,
+                params.seq_q,
+                config,
+            );
+        }
+    }
 }
 
 /// Position `pos` of `count`, counted from the end.
@@ -253,6 +240,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     range: &KvBlockRange,
     kv_block: u32,
     first_row: u32,
+    plane_row: u32,
     lane: Lane,
     q_frags: &Array<Pair<F>>,
     tiles: &mut Tiles<F, N>,
@@ -262,8 +250,9 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);
+    let kv_pairs = comptime!(kv_tiles / 2);
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
-    let kv_start = kv_block * config.block_kv;
+    let row_tiles = comptime!(config.mma_row_tiles());
     let next = kv_block + 1;
     let has_next = next < range.end;
 
@@ -272,90 +261,39 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         stage_block::<F, N>(k, v, k_view, v_view, staged, next, config);
     }
 
-    // S = Q K^T: one 16 x 8 accumulator tile per 8 keys.
-    let mut s = zero_accumulators(kv_tiles);
+    // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
+    // t kv_tiles); each K fragment feeds every row tile.
+    let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
     #[unroll]
     for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-        let mut a = Array::<Pair<F>>::new(A_REGS as usize);
+        let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
         #[unroll]
-        for r in 0..A_REGS {
-            a[r as usize] = q_frags[(kk * A_REGS + r) as usize];
-        }
-        #[unroll]
-        for jj in 0..comptime!(kv_tiles / 2) {
+        for jj in 0..kv_pairs {
             let b = load_b_by_rows::<F, N>(&tiles.k, jj * TILE_M, config.mma_head_stride(), kk);
-            mma_tile_pair::<F>(&a, &b, &mut s, jj);
+            #[unroll]
+            for t in 0..row_tiles {
+                let a = a_fragment::<F>(&a_step, t);
+                mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
+            }
         }
     }
 
-    // Logits, then the online softmax of the top and bottom rows. Rows past seq_q compute as
-    // the last row (reads stay in bounds) and are never written.
-    let top_row = min(first_row, params.seq_q - 1);
-    let bottom_row = min(first_row + BOTTOM_ROW, params.seq_q - 1);
-    let mut top_max = f32::new(MASKED_LOGIT);
-    let mut bottom_max = top_max;
     #[unroll]
-    for j in 0..kv_tiles {
-        let col = kv_start + j * TILE_N + lane.quad * 2;
-        let mut upper = s[(j * ACC_REGS) as usize];
-        let mut lower = s[(j * ACC_REGS + 1) as usize];
-        #[unroll]
-        for e in 0..2u32 {
-            let (at, column) = (e as usize, col + e);
-            upper[at] = score::<F, M>(
-                upper[at],
-                top_row,
-                column,
-                params,
-                tensors,
-                mask,
-                bias,
-                config.score,
-                masked_pass,
-            );
-            lower[at] = score::<F, M>(
-                lower[at],
-                bottom_row,
-                column,
-                params,
-                tensors,
-                mask,
-                bias,
-                config.score,
-                masked_pass,
-            );
-            top_max = max(top_max, upper[at]);
-            bottom_max = max(bottom_max, lower[at]);
-        }
-        s[(j * ACC_REGS) as usize] = upper;
-        s[(j * ACC_REGS + 1) as usize] = lower;
-    }
-    let top_alpha = rows.top.rescale(quad_max(top_max), false);
-    let bottom_alpha = rows.bottom.rescale(quad_max(bottom_max), false);
-    let mut top_sum = 0.0f32;
-    let mut bottom_sum = 0.0f32;
-    #[unroll]
-    for j in 0..kv_tiles {
-        let mut upper = s[(j * ACC_REGS) as usize];
-        let mut lower = s[(j * ACC_REGS + 1) as usize];
-        #[unroll]
-        for e in 0..2u32 {
-            let at = e as usize;
-            upper[at] = rows.top.probability(upper[at], masked_pass, false);
-            lower[at] = rows.bottom.probability(lower[at], masked_pass, false);
-            top_sum += upper[at];
-            bottom_sum += lower[at];
-        }
-        s[(j * ACC_REGS) as usize] = upper;
-        s[(j * ACC_REGS + 1) as usize] = lower;
-    }
-    rows.top.accumulate(top_sum);
-    rows.bottom.accumulate(bottom_sum);
-    #[unroll]
-    for j in 0..val_tiles {
-        let (upper, lower) = ((j * ACC_REGS) as usize, (j * ACC_REGS + 1) as usize);
-        rows.acc[upper] = rows.acc[upper] * Pair::<f32>::new(top_alpha);
-        rows.acc[lower] = rows.acc[lower] * Pair::<f32>::new(bottom_alpha);
+    for t in 0..row_tiles {
+        softmax_row_tile::<F, M>(
+            &mut s,
+            rows,
+            mask,
+            bias,
+            params,
+            tensors,
+            kv_block * config.block_kv,
+            first_row + t * TILE_M,
+            lane,
+            t,
+            config,
+            masked_pass,
+        );
     }
 
     // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
@@ -365,6 +303,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         config.mma_val_stride(),
         kv_tiles,
         comptime!(val_tiles / 2),
+        row_tiles,
         &mut rows.acc,
     );
 

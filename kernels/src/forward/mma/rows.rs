@@ -1,0 +1,229 @@
+//! The mma forward's per-lane query rows: their online-softmax state and O accumulators
+//! ([`Rows`]), the plane's Q fragments (in registers or re-read from the shared tile), and the
+//! softmax step of one row tile on the S accumulators.
+use cubecl::prelude::*;
+
+use crate::config::{FlashConfig, MATRIX_TILE};
+use crate::primitives::mma::{
+    A_REGS, ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a, quad_max, zero_accumulators,
+};
+use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, score};
+
+/// The running state of this lane's query rows: rows `group` and `group + 8` of each of the
+/// plane's row tiles (`2 t` and `2 t + 1` for row tile `t`).
+#[derive(CubeType)]
+pub(super) struct Rows {
+    /// Running maxima (see [`OnlineSoftmax`]).
+    pub row_max: Array<f32>,
+    /// Running sums, per lane until the end.
+    pub row_sum: Array<f32>,
+    /// O accumulators: row tile `t` holds tiles `[t val_tiles, (t + 1) val_tiles)`.
+    pub acc: Array<Pair<f32>>,
+}
+
+#[cube]
+impl Rows {
+    pub fn new(#[comptime] row_tiles: u32, #[comptime] val_tiles: u32) -> Rows {
+        let count = comptime!((2 * row_tiles) as usize);
+        let mut row_max = Array::<f32>::new(count);
+        let mut row_sum = Array::<f32>::new(count);
+        #[unroll]
+        for i in 0..count {
+            let fresh = OnlineSoftmax::new();
+            row_max[i] = fresh.row_max;
+            row_sum[i] = fresh.row_sum;
+        }
+        Rows {
+            row_max,
+            row_sum,
+            acc: zero_accumulators(comptime!(row_tiles * val_tiles)),
+        }
+    }
+
+    /// The softmax statistics of row `i`.
+    pub fn softmax(&self, #[comptime] i: u32) -> OnlineSoftmax {
+        OnlineSoftmax {
+            row_max: self.row_max[i as usize],
+            row_sum: self.row_sum[i as usize],
+        }
+    }
+
+    pub fn keep(&mut self, softmax: &OnlineSoftmax, #[comptime] i: u32) {
+        self.row_max[i as usize] = softmax.row_max;
+        self.row_sum[i as usize] = softmax.row_sum;
+    }
+}
+
+/// The plane's Q A fragments, `[(t head_steps + kk) A_REGS ..]` for row tile `t` and k-step
+/// `kk`, when they stay in registers (an unused single register otherwise).
+#[cube]
+pub(super) fn query_fragments<F: Float, N: Size>(
+    q_tile: &SharedMemory<Vector<F, N>>,
+    plane_row: u32,
+    #[comptime] config: FlashConfig,
+) -> Array<Pair<F>> {
+    let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
+    let row_tiles = comptime!(config.mma_row_tiles());
+    let in_registers = comptime!(config.mma_q_in_registers());
+    let count = comptime!(if in_registers {
+        A_REGS * head_steps * row_tiles
+    } else {
+        1
+    });
+    let mut frags = Array::<Pair<F>>::new(count as usize);
+    if comptime!(in_registers) {
+        #[unroll]
+        for t in 0..row_tiles {
+            #[unroll]
+            for kk in 0..head_steps {
+                let frag =
+                    load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+                #[unroll]
+                for r in 0..A_REGS {
+                    frags[((t * head_steps + kk) * A_REGS + r) as usize] = frag[r as usize];
+                }
+            }
+        }
+    }
+    frags
+}
+
+/// The A fragments of k-step `kk` for every row tile (`[t A_REGS ..]`), from registers or
+/// from the shared Q tile.
+#[cube]
+pub(super) fn query_step<F: Float, N: Size>(
+    q_frags: &Array<Pair<F>>,
+    q_tile: &SharedMemory<Vector<F, N>>,
+    plane_row: u32,
+    #[comptime] kk: u32,
+    #[comptime] config: FlashConfig,
+) -> Array<Pair<F>> {
+    let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
+    let row_tiles = comptime!(config.mma_row_tiles());
+    let mut step = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
+    #[unroll]
+    for t in 0..row_tiles {
+        if comptime!(config.mma_q_in_registers()) {
+            #[unroll]
+            for r in 0..A_REGS {
+                step[(t * A_REGS + r) as usize] =
+                    q_frags[((t * head_steps + kk) * A_REGS + r) as usize];
+            }
+        } else {
+            let frag = load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+            #[unroll]
+            for r in 0..A_REGS {
+                step[(t * A_REGS + r) as usize] = frag[r as usize];
+            }
+        }
+    }
+    step
+}
+
+/// Logits, then the online softmax of the top and bottom rows of row tile `t` (this lane's
+/// rows `top_row` and `top_row + 8`), and the rescale of their O accumulators. Rows past
+/// seq_q compute as the last row (reads stay in bounds) and are never written.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn softmax_row_tile<F: Float, M: Int>(
+    s: &mut Array<Pair<f32>>,
+    rows: &mut Rows,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    kv_start: u32,
+    top_row: u32,
+    lane: Lane,
+    #[comptime] t: u32,
+    #[comptime] config: FlashConfig,
+    #[comptime] masked_pass: bool,
+) {
+    let kv_tiles = comptime!(config.block_kv / TILE_N);
+    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
+    let first_s = comptime!(t * kv_tiles);
+    let top = min(top_row, params.seq_q - 1);
+    let bottom = min(top_row + BOTTOM_ROW, params.seq_q - 1);
+    let mut top_max = f32::new(MASKED_LOGIT);
+    let mut bottom_max = top_max;
+    #[unroll]
+    for j in 0..kv_tiles {
+        let col = kv_start + j * TILE_N + lane.quad * 2;
+        let (at_upper, at_lower) = (
+            ((first_s + j) * ACC_REGS) as usize,
+            ((first_s + j) * ACC_REGS + 1) as usize,
+        );
+        let mut upper = s[at_upper];
+        let mut lower = s[at_lower];
+        #[unroll]
+        for e in 0..2u32 {
+            let (at, column) = (e as usize, col + e);
+            upper[at] = score::<F, M>(
+                upper[at],
+                top,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+            lower[at] = score::<F, M>(
+                lower[at],
+                bottom,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+            top_max = max(top_max, upper[at]);
+            bottom_max = max(bottom_max, lower[at]);
+        }
+        s[at_upper] = upper;
+        s[at_lower] = lower;
+    }
+    let mut top_softmax = rows.softmax(comptime!(2 * t));
+    let mut bottom_softmax = rows.softmax(comptime!(2 * t + 1));
+    let top_alpha = top_softmax.rescale(quad_max(top_max), false);
+    let bottom_alpha = bottom_softmax.rescale(quad_max(bottom_max), false);
+    let mut top_sum = 0.0f32;
+    let mut bottom_sum = 0.0f32;
+    #[unroll]
+    for j in 0..kv_tiles {
+        let (at_upper, at_lower) = (
+            ((first_s + j) * ACC_REGS) as usize,
+            ((first_s + j) * ACC_REGS + 1) as usize,
+        );
+        let mut upper = s[at_upper];
+        let mut lower = s[at_lower];
+        #[unroll]
+        for e in 0..2u32 {
+            let at = e as usize;
+            upper[at] = top_softmax.probability(upper[at], masked_pass, false);
+            lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
+            top_sum += upper[at];
+            bottom_sum += lower[at];
+        }
+        s[at_upper] = upper;
+        s[at_lower] = lower;
+    }
+    top_softmax.accumulate(top_sum);
+    bottom_softmax.accumulate(bottom_sum);
+    rows.keep(&top_softmax, comptime!(2 * t));
+    rows.keep(&bottom_softmax, comptime!(2 * t + 1));
+    let first_o = comptime!(t * val_tiles);
+    #[unroll]
+    for j in 0..val_tiles {
+        let (upper, lower) = (
+            ((first_o + j) * ACC_REGS) as usize,
+            ((first_o + j) * ACC_REGS + 1) as usize,
+        );
+        rows.acc[upper] = rows.acc[upper] * Pair::<f32>::new(top_alpha);
+        rows.acc[lower] = rows.acc[lower] * Pair::<f32>::new(bottom_alpha);
+    }
+}
