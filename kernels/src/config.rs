@@ -61,6 +61,9 @@ pub struct FlashConfig {
     pub elem_bytes: u32,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
+    /// Mma path: shared-memory buffers of the key/value block (1: the next block is stored
+    /// between two cube syncs; 2: into the other buffer, one sync per block). 1 elsewhere.
+    pub kv_buffers: u32,
     /// Portable path: how q·k is summed (f64 or compensated f32 for f32 outputs).
     pub dot: DotSum,
     pub score: ScoreOptions,
@@ -159,7 +162,9 @@ impl FlashConfig {
             }
             ForwardPath::Mma => {
                 let chunks = bq * self.mma_head_stride() as usize
-                    + bkv * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+                    + self.kv_buffers as usize
+                        * bkv
+                        * (self.mma_head_stride() + self.mma_val_stride()) as usize;
                 chunks * MMA_CHUNK as usize * self.elem_bytes as usize
             }
         }

@@ -41,28 +41,36 @@ const MMA_PLANE_SIZE: u32 = LANES;
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;
-/// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows]` overrides
-/// them (a benchmarking knob): `planes` planes of `plane_rows` query rows and `block_kv` keys
-/// per block. Measured on the H200 (bf16, benches/RESULTS.md 2026-11-30) with 16-row planes:
-/// 8 x 64 beat 4 x 64, 2 x 64, 4 x 128, 8 x 128 and 4 x 32 at both bar shapes before the fast
-/// exp; after it, 8 x 32 was faster at head_dim 64 (146 vs 122 TFLOP/s) and 16 x 64 spilled at
-/// head_dim 128 (34 TFLOP/s). The H200 correctness suites ran with 16-row planes. 32-row
-/// planes (two row tiles: each K/V fragment read from shared memory feeds two mmas, FA-2's 32
-/// rows per warp) are expanded and compiled to CUDA in CI (`tests/mma_codegen.rs`) but have
-/// not run on a GPU yet: they are only taken when asked for.
+/// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers]]`
+/// overrides them (a benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv`
+/// keys per block, `buffers` shared-memory copies of the key/value block. Measured on the H200
+/// (bf16, benches/RESULTS.md 2026-11-30) with 16-row planes and one buffer: 8 x 64 beat 4 x 64,
+/// 2 x 64, 4 x 128, 8 x 128 and 4 x 32 at both bar shapes before the fast exp; after it, 8 x 32
+/// was faster at head_dim 64 (146 vs 122 TFLOP/s, causal 96 vs 85) and slower at head_dim 128
+/// (165 vs 175, causal 131 vs 142), and 16 x 64 spilled at head_dim 128 (34 TFLOP/s). So the
+/// default key block is 32 up to head_dim 64 and 64 above. 32-row planes (two row tiles: each
+/// K/V fragment read from shared memory feeds two mmas, FA-2's 32 rows per warp) and two
+/// buffers are expanded and compiled to CUDA in CI (`tests/mma_codegen.rs`); they are taken
+/// when asked for until an H200 run says they are faster.
 const MMA_BLOCKS: MmaBlocks = MmaBlocks {
     planes: 8,
     block_kv: 64,
     plane_rows: 16,
+    buffers: 1,
 };
+/// Head dims up to this take [`MMA_SMALL_HEAD_BLOCK_KV`] keys per block.
+const MMA_SMALL_HEAD: u32 = 64;
+const MMA_SMALL_HEAD_BLOCK_KV: u32 = 32;
 
-/// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32), and
-/// `block_kv` key/value rows per block (the backward's inner block).
+/// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32),
+/// `block_kv` key/value rows per block (the backward's inner block), and `buffers` (1 or 2)
+/// shared-memory copies of the streamed block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MmaBlocks {
     pub planes: u32,
     pub block_kv: u32,
     pub plane_rows: u32,
+    pub buffers: u32,
 }
 
 /// The chosen configuration and why.
@@ -249,12 +257,13 @@ pub fn plan_forward(
     };
     let blocks = match path {
         ForwardPath::Mma => format!(
-            "{} planes of {} rows, block_q = {}, block_kv = {}: the measured defaults \
-             (or BURN_FLASH_MMA), {} of {} bytes of shared memory",
+            "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s): the \
+             measured defaults (or BURN_FLASH_MMA), {} of {} bytes of shared memory",
             config.num_planes(),
             config.mma_row_tiles() * MATRIX_ROWS_PER_PLANE,
             config.block_q,
             config.block_kv,
+            config.kv_buffers,
             config.shared_memory_bytes(),
             props.hardware.max_shared_memory_size
         ),
@@ -300,6 +309,7 @@ fn portable_config(
         plane_size: props.hardware.plane_size_max,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
+        kv_buffers: 1,
         dot: match (
             precise_math(problem.dtype),
             props.supports_type(ElemType::Float(IrFloatKind::F64)),
@@ -357,6 +367,7 @@ fn matrix_config(
         plane_size,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
+        kv_buffers: 1,
         dot: DotSum::Plain,
         score: score_options(problem),
     };
@@ -376,34 +387,44 @@ pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
         .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)
 }
 
-/// A benchmarking override of an mma path's blocks: `VAR=planes,rows[,plane_rows]` with
-/// 1..=16 planes, rows a positive multiple of 16 and plane_rows 16 (the default) or 32
-/// (anything else is ignored).
+/// A benchmarking override of an mma path's blocks: `VAR=planes,rows[,plane_rows[,buffers]]`
+/// with 1..=16 planes, rows a positive multiple of 16, plane_rows 16 (the default) or 32 and
+/// buffers 1 (the default) or 2 (anything else is ignored).
 pub(crate) fn mma_blocks_override(var: &str) -> Option<MmaBlocks> {
     let value = std::env::var(var).ok()?;
     let fields: Vec<u32> = value
         .split(',')
         .map(|field| field.trim().parse().ok())
         .collect::<Option<_>>()?;
-    let (planes, block_kv, plane_rows) = match fields[..] {
-        [planes, block_kv] => (planes, block_kv, TILE_M),
-        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows),
+    let (planes, block_kv, plane_rows, buffers) = match fields[..] {
+        [planes, block_kv] => (planes, block_kv, TILE_M, 1),
+        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows, 1),
+        [planes, block_kv, plane_rows, buffers] => (planes, block_kv, plane_rows, buffers),
         _ => return None,
     };
     let valid = (1..=16).contains(&planes)
         && block_kv >= TILE_M
         && block_kv.is_multiple_of(TILE_M)
-        && (plane_rows == TILE_M || plane_rows == 2 * TILE_M);
+        && (plane_rows == TILE_M || plane_rows == 2 * TILE_M)
+        && (buffers == 1 || buffers == 2);
     valid.then_some(MmaBlocks {
         planes,
         block_kv,
         plane_rows,
+        buffers,
     })
 }
 
-/// The mma forward's blocks: `BURN_FLASH_MMA` or the defaults.
-fn mma_blocks() -> MmaBlocks {
-    mma_blocks_override("BURN_FLASH_MMA").unwrap_or(MMA_BLOCKS)
+/// The mma forward's blocks for `head_dim`: `BURN_FLASH_MMA` or the defaults.
+fn mma_blocks(head_dim: u32) -> MmaBlocks {
+    mma_blocks_override("BURN_FLASH_MMA").unwrap_or(if head_dim <= MMA_SMALL_HEAD {
+        MmaBlocks {
+            block_kv: MMA_SMALL_HEAD_BLOCK_KV,
+            ..MMA_BLOCKS
+        }
+    } else {
+        MMA_BLOCKS
+    })
 }
 
 fn mma_config(
@@ -421,7 +442,8 @@ fn mma_config(
         planes,
         block_kv,
         plane_rows,
-    } = mma_blocks();
+        buffers: kv_buffers,
+    } = mma_blocks(problem.head_dim as u32);
     let config = FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,
@@ -432,6 +454,7 @@ fn mma_config(
         plane_size: MMA_PLANE_SIZE,
         elem_bytes: problem.dtype.size() as u32,
         precise_math: false,
+        kv_buffers,
         dot: DotSum::Plain,
         score: score_options(problem),
     };

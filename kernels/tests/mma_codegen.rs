@@ -64,17 +64,21 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         all_options(problem(FloatKind::BF16, 128, 128, 4096, 4096)),
     ];
     // The planned blocks, and the same block of queries with the other row tiling (16 <-> 32
-    // rows per plane; `BURN_FLASH_MMA=planes,block_kv,plane_rows` picks either).
+    // rows per plane), each with one and two key/value buffers
+    // (`BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers` picks any of them).
     let with_both_tilings = cases.into_iter().flat_map(|case| {
         let plan = plan_forward(&props, &case, None).expect("planned");
         let other = FlashConfig {
             units_per_row: 3 - plan.config.units_per_row,
             ..plan.config
         };
-        [
-            (case, plan.config, plan.reason.clone()),
-            (case, other, plan.reason),
-        ]
+        [plan.config, other].into_iter().flat_map(move |config| {
+            [1, 2].map(|kv_buffers| FlashConfig {
+                kv_buffers,
+                ..config
+            })
+        })
+        .map(move |config| (case, config, plan.reason.clone()))
     });
     for (case, config, reason) in with_both_tilings {
         assert_eq!(config.path, ForwardPath::Mma, "{case:?}: {reason}");
@@ -88,14 +92,15 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         let rows = config.mma_row_tiles() * 16;
         dump(
             &format!(
-                "mma_{:?}_hd{}_dv{}_rows{rows}.cu",
-                case.dtype, case.head_dim, case.val_dim
+                "mma_{:?}_hd{}_dv{}_rows{rows}_buf{}.cu",
+                case.dtype, case.head_dim, case.val_dim, config.kv_buffers
             ),
             &source,
         );
         println!(
-            "{case:?}, {rows} rows per plane: {reason} ({} bytes of CUDA, {shared} bytes of \
-             shared memory)",
+            "{case:?}, {rows} rows per plane, {} buffer(s): {reason} ({} bytes of CUDA, \
+             {shared} bytes of shared memory)",
+            config.kv_buffers,
             source.len()
         );
         assert!(

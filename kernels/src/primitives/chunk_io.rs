@@ -62,11 +62,13 @@ pub fn fetch_rows<F: Float, N: Size>(
     }
 }
 
-/// Stores what [`fetch_rows`] loaded into a tile of `stride` chunks per row.
+/// Stores what [`fetch_rows`] loaded into a tile of `stride` chunks per row, from row
+/// `first_row` of the tile on.
 #[cube]
 pub fn store_rows<F: Float, N: Size>(
     staged: &Array<Vector<F, N>>,
     tile: &mut SharedMemory<Vector<F, N>>,
+    first_row: u32,
     #[comptime] rows: u32,
     #[comptime] tile_chunks: u32,
     #[comptime] stride: u32,
@@ -79,7 +81,7 @@ pub fn store_rows<F: Float, N: Size>(
         if index < total {
             let row = index / tile_chunks;
             let chunk = index % tile_chunks;
-            tile[(row * stride + chunk) as usize] = staged[i as usize];
+            tile[((first_row + row) * stride + chunk) as usize] = staged[i as usize];
         }
     }
 }
@@ -110,7 +112,7 @@ pub fn copy_rows<F: Float, N: Size>(
         tile_chunks,
         units,
     );
-    store_rows::<F, N>(&staged, tile, rows, tile_chunks, stride, units);
+    store_rows::<F, N>(&staged, tile, 0u32, rows, tile_chunks, stride, units);
 }
 
 /// Registers for [`fetch_rows`] of `rows * tile_chunks` chunks over `units` units.

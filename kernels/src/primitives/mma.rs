@@ -176,11 +176,14 @@ pub fn product_with_rows<F: Float, N: Size>(
 /// `8 k_tiles` columns, cast to F as A fragments) and B rows `[0, 8 k_tiles)` of a row-major
 /// tile of `stride` chunks, over `n_steps` 16-column steps of B (O += P V, dV += P^T dO,
 /// dK += dS^T Q, dQ += dS K). Row tile `t` of `x` starts at accumulator tile `t k_tiles`, of
-/// `acc` at `2 t n_steps`; each B fragment is read once for all row tiles.
+/// `acc` at `2 t n_steps`; each B fragment is read once for all row tiles. B's rows start at
+/// row `b_row` of the tile.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub fn accumulate_product<F: Float, N: Size>(
     x: &Array<Pair<f32>>,
     b: &SharedMemory<Vector<F, N>>,
+    b_row: u32,
     #[comptime] stride: u32,
     #[comptime] k_tiles: u32,
     #[comptime] n_steps: u32,
@@ -201,7 +204,7 @@ pub fn accumulate_product<F: Float, N: Size>(
         }
         #[unroll]
         for jj in 0..n_steps {
-            let b_fragments = load_b_by_cols::<F, N>(b, kk * TILE_M, stride, jj);
+            let b_fragments = load_b_by_cols::<F, N>(b, b_row + kk * TILE_M, stride, jj);
             #[unroll]
             for t in 0..row_tiles {
                 let fragment = a_fragment::<F>(&fragments, t);

@@ -282,5 +282,5 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
         }
     }
     // dQ += dS K: k runs over the block's keys.
-    accumulate_product::<F, N>(&dp, &tiles.k, hs, kv_tiles, head_steps, 1u32, dq_acc);
+    accumulate_product::<F, N>(&dp, &tiles.k, 0u32, hs, kv_tiles, head_steps, 1u32, dq_acc);
 }

@@ -56,17 +56,20 @@ pub(super) fn stage_block<F: Float, N: Size>(
     );
 }
 
-/// Stores the staged K and V block into the shared tiles.
+/// Stores the staged K and V block into the shared tiles, from row `first_row` on (the
+/// buffer it goes to).
 #[cube]
 pub(super) fn store_block<F: Float, N: Size>(
     staged: &Staged<F, N>,
     tiles: &mut Tiles<F, N>,
+    first_row: u32,
     #[comptime] config: FlashConfig,
 ) {
     let units = comptime!(config.units());
     store_rows::<F, N>(
         &staged.k,
         &mut tiles.k,
+        first_row,
         config.block_kv,
         comptime!(config.head_dim_tile() / MMA_CHUNK),
         config.mma_head_stride(),
@@ -75,6 +78,7 @@ pub(super) fn store_block<F: Float, N: Size>(
     store_rows::<F, N>(
         &staged.v,
         &mut tiles.v,
+        first_row,
         config.block_kv,
         comptime!(config.val_dim_tile() / MMA_CHUNK),
         config.mma_val_stride(),

@@ -12,7 +12,10 @@
 //!    fragments by transposing `ldmatrix`.
 //!
 //! The next block's K and V are fetched from global memory into registers (16-byte loads)
-//! while this block computes, and stored to shared memory between two cube syncs.
+//! while this block computes, then stored to shared memory: with one buffer between two cube
+//! syncs (every plane done reading the block before it is overwritten, and the new one
+//! visible); with two buffers (`config.kv_buffers`) into the other one, before a single sync
+//! (the block it overwrites was last read before the previous sync).
 //!
 //! Needs (checked by `heuristics`): the manual MMA config, plane size 32, head_dim and
 //! val_dim multiples of 8 up to 128, and (checked by the launcher) q, k, v whose rows are
@@ -61,9 +64,9 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
 struct Tiles<F: Float, N: Size> {
     /// `[block_q, head stride]`: read once into Q fragments.
     q: SharedMemory<Vector<F, N>>,
-    /// `[block_kv, head stride]`: one key block.
+    /// `[kv_buffers * block_kv, head stride]`: one key block per buffer.
     k: SharedMemory<Vector<F, N>>,
-    /// `[block_kv, val stride]`: one value block.
+    /// `[kv_buffers * block_kv, val stride]`: one value block per buffer.
     v: SharedMemory<Vector<F, N>>,
 }
 
@@ -101,8 +104,14 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 
     let mut tiles = Tiles::<F, N> {
         q: chunk_tile::<F, N>(config.block_q, config.mma_head_stride()),
-        k: chunk_tile::<F, N>(config.block_kv, config.mma_head_stride()),
-        v: chunk_tile::<F, N>(config.block_kv, config.mma_val_stride()),
+        k: chunk_tile::<F, N>(
+            comptime!(config.kv_buffers * config.block_kv),
+            config.mma_head_stride(),
+        ),
+        v: chunk_tile::<F, N>(
+            comptime!(config.kv_buffers * config.block_kv),
+            config.mma_val_stride(),
+        ),
     };
     let mut staged = Staged::<F, N> {
         k: staging::<F, N>(config.block_kv, head_chunks, units),
@@ -140,7 +149,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     );
     if range.end > 0 {
         stage_block::<F, N>(k, v, &k_view, &v_view, &mut staged, 0u32, config);
-        store_block::<F, N>(&staged, &mut tiles, config);
+        store_block::<F, N>(&staged, &mut tiles, 0u32, config);
     }
     sync_cube();
     let first_row = q_start + plane_row + lane.group;
@@ -255,6 +264,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     let row_tiles = comptime!(config.mma_row_tiles());
     let next = kv_block + 1;
     let has_next = next < range.end;
+    let kv_row = buffer_row(kv_block, config);
 
     // The next block's loads are issued now and land while this block computes.
     if has_next {
@@ -269,7 +279,12 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
         #[unroll]
         for jj in 0..kv_pairs {
-            let b = load_b_by_rows::<F, N>(&tiles.k, jj * TILE_M, config.mma_head_stride(), kk);
+            let b = load_b_by_rows::<F, N>(
+                &tiles.k,
+                kv_row + jj * TILE_M,
+                config.mma_head_stride(),
+                kk,
+            );
             #[unroll]
             for t in 0..row_tiles {
                 let a = a_fragment::<F>(&a_step, t);
@@ -300,6 +315,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     accumulate_product::<F, N>(
         &s,
         &tiles.v,
+        kv_row,
         config.mma_val_stride(),
         kv_tiles,
         comptime!(val_tiles / 2),
@@ -307,10 +323,25 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         &mut rows.acc,
     );
 
-    // Every plane is done reading this block's K and V before the next block overwrites them.
-    sync_cube();
-    if has_next {
-        store_block::<F, N>(staged, tiles, config);
+    if comptime!(config.kv_buffers == 1) {
+        // Every plane is done reading this block's K and V before the next block overwrites
+        // them.
+        sync_cube();
+        if has_next {
+            store_block::<F, N>(staged, tiles, 0u32, config);
+        }
+    } else if has_next {
+        store_block::<F, N>(staged, tiles, buffer_row(next, config), config);
     }
     sync_cube();
+}
+
+/// The first tile row of the buffer that holds key/value block `kv_block`.
+#[cube]
+fn buffer_row(kv_block: u32, #[comptime] config: FlashConfig) -> u32 {
+    let mut row = 0u32;
+    if comptime!(config.kv_buffers > 1) {
+        row = (kv_block % config.kv_buffers) * config.block_kv;
+    }
+    row
 }
