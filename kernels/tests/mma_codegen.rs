@@ -72,13 +72,15 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
             units_per_row: 3 - plan.config.units_per_row,
             ..plan.config
         };
-        [plan.config, other].into_iter().flat_map(move |config| {
-            [1, 2].map(|kv_buffers| FlashConfig {
-                kv_buffers,
-                ..config
+        [plan.config, other]
+            .into_iter()
+            .flat_map(move |config| {
+                [1, 2].map(|kv_buffers| FlashConfig {
+                    kv_buffers,
+                    ..config
+                })
             })
-        })
-        .map(move |config| (case, config, plan.reason.clone()))
+            .map(move |config| (case, config, plan.reason.clone()))
     });
     for (case, config, reason) in with_both_tilings {
         assert_eq!(config.path, ForwardPath::Mma, "{case:?}: {reason}");

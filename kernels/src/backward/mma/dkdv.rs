@@ -268,6 +268,15 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
         }
     }
     // dV += P^T dO, dK += dS^T Q: k runs over the block's query rows.
-    accumulate_product::<F, N>(&st, &tiles.d_out, 0u32, vs, q_tiles, val_steps, 1u32, dv_acc);
+    accumulate_product::<F, N>(
+        &st,
+        &tiles.d_out,
+        0u32,
+        vs,
+        q_tiles,
+        val_steps,
+        1u32,
+        dv_acc,
+    );
     accumulate_product::<F, N>(&dpt, &tiles.q, 0u32, hs, q_tiles, head_steps, 1u32, dk_acc);
 }
