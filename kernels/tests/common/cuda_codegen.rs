@@ -27,11 +27,7 @@ pub fn cuda_source<K: CubeKernel>(kernel: K) -> (String, usize) {
         AddressType::U32.unsigned_type(),
     )
     .expect("CUDA compilation of a kernel");
-    let shared = compiled
-        .repr
-        .as_ref()
-        .map(|r| r.shared_memory_size())
-        .unwrap_or(0);
+    let shared = compiled.repr.as_ref().map(|r| r.shared_memory_size()).unwrap_or(0);
     (compiled.source, shared)
 }
 

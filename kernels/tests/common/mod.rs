@@ -96,12 +96,7 @@ pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties
 
 /// An MI300X with `hip-rocwmma` (f16 cmma only: bf16 does not compile) built on `base`.
 pub fn mi300x(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    simulated_device(
-        base,
-        MI300X_PLANE_SIZE,
-        MI300X_SHARED_MEMORY,
-        &[FloatKind::F16],
-    )
+    simulated_device(base, MI300X_PLANE_SIZE, MI300X_SHARED_MEMORY, &[FloatKind::F16])
 }
 
 /// Element type of a device tensor.
