@@ -1,6 +1,7 @@
 //! The ONE comptime configuration of the forward kernels. Everything the kernels size or
 //! branch on at compile time is here; [`crate::heuristics`] fills it from the problem and the
 //! device. Derived sizes are methods, so the kernels and the heuristics agree on them.
+use crate::primitives::chunk_io::PairShape;
 use crate::primitives::dot::DotSum;
 use crate::primitives::score::ScoreOptions;
 
@@ -124,6 +125,16 @@ impl FlashConfig {
     /// Row length, in chunks, of the mma path's V tile (same padding).
     pub fn mma_val_stride(&self) -> u32 {
         self.val_dim_tile() / MMA_CHUNK + 1
+    }
+
+    /// Mma path: the key/value block streamed through shared memory.
+    pub fn mma_kv_pair(&self) -> PairShape {
+        PairShape {
+            rows: self.block_kv,
+            first_dim: self.head_dim,
+            second_dim: self.val_dim,
+            units: self.units(),
+        }
     }
 
     /// Planes per cube on the matrix and mma paths: `plane_size / units_per_row` query rows

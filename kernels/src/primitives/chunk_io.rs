@@ -133,3 +133,102 @@ pub fn chunk_tile<F: Float, N: Size>(
 ) -> SharedMemory<Vector<F, N>> {
     SharedMemory::<Vector<F, N>>::new_aligned(comptime!((rows * stride) as usize), 16usize)
 }
+
+/// A block of rows of two chunked tensors streamed together (K and V, or Q and dO): `rows`
+/// rows, `first_dim` / `second_dim` columns (multiples of [`CHUNK`]), over `units` units.
+/// Their tiles' rows are padded to the mma tile plus one chunk.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct PairShape {
+    pub rows: u32,
+    pub first_dim: u32,
+    pub second_dim: u32,
+    pub units: u32,
+}
+
+impl PairShape {
+    fn first_chunks(&self) -> u32 {
+        self.first_dim.next_multiple_of(TILE_M) / CHUNK
+    }
+
+    fn second_chunks(&self) -> u32 {
+        self.second_dim.next_multiple_of(TILE_M) / CHUNK
+    }
+}
+
+/// One block of a [`PairShape`] in registers, on its way to the two shared tiles.
+#[derive(CubeType)]
+pub struct StagedPair<F: Float, N: Size> {
+    pub first: Array<Vector<F, N>>,
+    pub second: Array<Vector<F, N>>,
+}
+
+#[cube]
+pub fn staged_pair<F: Float, N: Size>(#[comptime] shape: PairShape) -> StagedPair<F, N> {
+    StagedPair::<F, N> {
+        first: staging::<F, N>(shape.rows, comptime!(shape.first_chunks()), shape.units),
+        second: staging::<F, N>(shape.rows, comptime!(shape.second_chunks()), shape.units),
+    }
+}
+
+/// [`fetch_rows`] of rows `[first_row, first_row + shape.rows)` of both tensors.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fetch_pair<F: Float, N: Size>(
+    first: &Tensor<Vector<F, N>>,
+    first_view: &ChunkView,
+    second: &Tensor<Vector<F, N>>,
+    second_view: &ChunkView,
+    staged: &mut StagedPair<F, N>,
+    first_row: u32,
+    #[comptime] shape: PairShape,
+) {
+    fetch_rows::<F, N>(
+        first,
+        first_view,
+        &mut staged.first,
+        first_row,
+        shape.rows,
+        comptime!(shape.first_dim / CHUNK),
+        comptime!(shape.first_chunks()),
+        shape.units,
+    );
+    fetch_rows::<F, N>(
+        second,
+        second_view,
+        &mut staged.second,
+        first_row,
+        shape.rows,
+        comptime!(shape.second_dim / CHUNK),
+        comptime!(shape.second_chunks()),
+        shape.units,
+    );
+}
+
+/// [`store_rows`] of a staged pair into its two tiles, from tile row `tile_row` on.
+#[cube]
+pub fn store_pair<F: Float, N: Size>(
+    staged: &StagedPair<F, N>,
+    first_tile: &mut SharedMemory<Vector<F, N>>,
+    second_tile: &mut SharedMemory<Vector<F, N>>,
+    tile_row: u32,
+    #[comptime] shape: PairShape,
+) {
+    store_rows::<F, N>(
+        &staged.first,
+        first_tile,
+        tile_row,
+        shape.rows,
+        comptime!(shape.first_chunks()),
+        comptime!(shape.first_chunks() + 1),
+        shape.units,
+    );
+    store_rows::<F, N>(
+        &staged.second,
+        second_tile,
+        tile_row,
+        shape.rows,
+        comptime!(shape.second_chunks()),
+        comptime!(shape.second_chunks() + 1),
+        shape.units,
+    );
+}

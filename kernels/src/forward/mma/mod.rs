@@ -22,9 +22,11 @@
 //! contiguous 16-byte chunks. Control flow is uniform across the cube.
 use cubecl::prelude::*;
 
-use crate::config::{FlashConfig, MATRIX_TILE, MMA_CHUNK};
+use crate::config::{FlashConfig, MATRIX_TILE};
 use crate::primitives::block_range::{KvBlockRange, kv_block_range};
-use crate::primitives::chunk_io::{ChunkView, chunk_tile, chunk_view, copy_rows, staging};
+use crate::primitives::chunk_io::{
+    ChunkView, StagedPair, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
+};
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
     load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
@@ -32,7 +34,7 @@ use crate::primitives::mma::{
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
 
 use super::{ForwardArgs, score_tensors};
-use io::{Staged, stage_block, store_block, write_row};
+use io::write_row;
 use rows::{Rows, query_fragments, query_step, softmax_row_tile};
 
 mod io;
@@ -84,7 +86,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     #[comptime] config: FlashConfig,
 ) {
     let units = comptime!(config.units());
-    let head_chunks = comptime!(config.head_dim_tile() / MMA_CHUNK);
     let row_tiles = comptime!(config.mma_row_tiles());
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
     // Causal: the last query blocks see the most keys; launching them first keeps the tail
@@ -113,14 +114,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             config.mma_val_stride(),
         ),
     };
-    let mut staged = Staged::<F, N> {
-        k: staging::<F, N>(config.block_kv, head_chunks, units),
-        v: staging::<F, N>(
-            config.block_kv,
-            comptime!(config.val_dim_tile() / MMA_CHUNK),
-            units,
-        ),
-    };
+    let kv_pair = comptime!(config.mma_kv_pair());
+    let mut staged = staged_pair::<F, N>(kv_pair);
 
     // Step 1: the query block into shared memory, then (if they fit) this plane's A
     // fragments, once.
@@ -148,8 +143,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         config.score,
     );
     if range.end > 0 {
-        stage_block::<F, N>(k, v, &k_view, &v_view, &mut staged, 0u32, config);
-        store_block::<F, N>(&staged, &mut tiles, 0u32, config);
+        fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, 0u32, kv_pair);
+        store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, kv_pair);
     }
     sync_cube();
     let first_row = q_start + plane_row + lane.group;
@@ -253,7 +248,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     lane: Lane,
     q_frags: &Array<Pair<F>>,
     tiles: &mut Tiles<F, N>,
-    staged: &mut Staged<F, N>,
+    staged: &mut StagedPair<F, N>,
     rows: &mut Rows,
     #[comptime] config: FlashConfig,
     #[comptime] masked_pass: bool,
@@ -267,8 +262,17 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     let kv_row = buffer_row(kv_block, config);
 
     // The next block's loads are issued now and land while this block computes.
+    let kv_pair = comptime!(config.mma_kv_pair());
     if has_next {
-        stage_block::<F, N>(k, v, k_view, v_view, staged, next, config);
+        fetch_pair::<F, N>(
+            k,
+            k_view,
+            v,
+            v_view,
+            staged,
+            next * config.block_kv,
+            kv_pair,
+        );
     }
 
     // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
@@ -328,10 +332,11 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         // them.
         sync_cube();
         if has_next {
-            store_block::<F, N>(staged, tiles, 0u32, config);
+            store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, 0u32, kv_pair);
         }
     } else if has_next {
-        store_block::<F, N>(staged, tiles, buffer_row(next, config), config);
+        let next_row = buffer_row(next, config);
+        store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, next_row, kv_pair);
     }
     sync_cube();
 }
