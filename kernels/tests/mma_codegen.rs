@@ -133,7 +133,9 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
 /// The backward mma kernels (dK/dV and dQ) for the configs `plan_backward` picks on an H200.
 #[test]
 fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
-    use burn_flash_attn_kernels::backward::config::{BackwardKernel, BackwardPath, plan_backward};
+    use burn_flash_attn_kernels::backward::config::{
+        BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
+    };
     use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
     use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 
@@ -151,8 +153,14 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         },
     ];
     let tensor = || TensorCompilationArg { inplace: None };
-    for case in cases {
-        for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+    // The planned blocks with one and two inner buffers (`BURN_FLASH_MMA_BWD=...,buffers`).
+    let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
+    let variants = cases
+        .into_iter()
+        .flat_map(|case| kernels.map(|kernel| (case, kernel)))
+        .flat_map(|(case, kernel)| [1, 2].map(|buffers| (case, kernel, buffers)));
+    for (case, kernel, buffers) in variants {
+        {
             let plan = plan_backward(&props, &case, kernel).expect("planned");
             assert_eq!(
                 plan.config.path,
@@ -160,7 +168,10 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
                 "{case:?}: {}",
                 plan.reason
             );
-            let config = plan.config;
+            let config = BackwardConfig {
+                buffers,
+                ..plan.config
+            };
             let outer = match kernel {
                 BackwardKernel::KeyValue => config.block_kv,
                 BackwardKernel::Query => config.block_q,
@@ -245,13 +256,14 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             };
             dump(
                 &format!(
-                    "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}.cu",
+                    "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}.cu",
                     case.dtype, case.head_dim, case.val_dim
                 ),
                 &source,
             );
             println!(
-                "{case:?} {kernel:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
+                "{case:?} {kernel:?}, {buffers} buffer(s): {} ({} bytes of CUDA, {shared} bytes \
+                 of shared memory)",
                 plan.reason,
                 source.len()
             );

@@ -9,7 +9,8 @@ use cubecl::ir::DeviceProperties;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::heuristics::{has_register_mma, mma_blocks_override, mma_fits_registers};
+use crate::heuristics::{MmaBlocks, has_register_mma, mma_blocks_override, mma_fits_registers};
+use crate::primitives::chunk_io::PairShape;
 use crate::primitives::score::ScoreOptions;
 use crate::problem::AttentionProblem;
 
@@ -59,22 +60,26 @@ pub enum BackwardPath {
     Mma,
 }
 
-/// Planes per cube on the mma path (the outer, accumulated block is 16 rows per plane) and
-/// rows of the inner (streamed) block, unless `BURN_FLASH_MMA_BWD=planes,inner` overrides them
-/// (a benchmarking knob). 4 x 64 is what the H200 suites ran with; 4 x 32 was faster in the
-/// benchmark (forward + backward 137 vs 87 TFLOP/s at (16,16,2048,128), benches/RESULTS.md
-/// 2026-11-30) but has not yet run through the suites.
-const MMA_PLANES: u32 = 4;
-const MMA_INNER_BLOCK: u32 = 64;
+/// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers]]`
+/// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
+/// rows per plane), rows of the inner (streamed) block, and its shared-memory buffers (1: each
+/// inner block loaded between two cube syncs; 2: the next one fetched into registers while
+/// this one computes and stored into the other buffer, one sync per block). The H200
+/// benchmark (benches/RESULTS.md 2026-11-30, forward + backward TFLOP/s) measured 4 x 32
+/// faster than 4 x 64 (the H200 suites' blocks) and 8 x 64 in all four cells of the issues'
+/// bar: 113.5 / 88.9 / 137.0 / 114.6 against 99.6 / 76.1 / 87.3 / 78.7 for 4 x 64.
+const MMA_BLOCKS: MmaBlocks = MmaBlocks {
+    planes: 4,
+    block_kv: 32,
+    plane_rows: MATRIX_TILE,
+    buffers: 1,
+};
 
-/// The mma backward's (planes, inner rows): `BURN_FLASH_MMA_BWD` (16-row planes only) or the
-/// defaults.
-fn mma_blocks() -> (u32, u32) {
+/// The mma backward's blocks: `BURN_FLASH_MMA_BWD` (16-row planes only) or the defaults.
+fn mma_blocks() -> MmaBlocks {
     mma_blocks_override("BURN_FLASH_MMA_BWD")
         .filter(|blocks| blocks.plane_rows == MATRIX_TILE)
-        .map_or((MMA_PLANES, MMA_INNER_BLOCK), |blocks| {
-            (blocks.planes, blocks.block_kv)
-        })
+        .unwrap_or(MMA_BLOCKS)
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -91,6 +96,8 @@ pub struct BackwardConfig {
     pub val_dim: u32,
     /// Units per cube (1D).
     pub units: u32,
+    /// Mma path: shared-memory buffers of the inner block (see [`MMA_BLOCKS`]); 1 elsewhere.
+    pub buffers: u32,
     pub score: ScoreOptions,
 }
 
@@ -193,14 +200,37 @@ impl BackwardConfig {
         self.val_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
     }
 
+    /// Mma path: rows of the inner block (dK/dV: query rows, dQ: key rows).
+    pub fn inner_rows(&self) -> u32 {
+        match self.kernel {
+            BackwardKernel::KeyValue => self.block_q,
+            BackwardKernel::Query => self.block_kv,
+        }
+    }
+
+    /// Mma path: the inner block streamed through shared memory (Q and dO, or K and V).
+    pub fn mma_inner_pair(&self) -> PairShape {
+        PairShape {
+            rows: self.inner_rows(),
+            first_dim: self.head_dim,
+            second_dim: self.val_dim,
+            units: self.units,
+        }
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
         if self.path == BackwardPath::Mma {
-            let chunks = (bq + bkv) * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+            let (outer, inner) = match self.kernel {
+                BackwardKernel::KeyValue => (bkv, bq),
+                BackwardKernel::Query => (bq, bkv),
+            };
+            let rows = outer + self.buffers as usize * inner;
+            let chunks = rows * (self.mma_head_stride() + self.mma_val_stride()) as usize;
             let chunk_bytes = MMA_CHUNK as usize * 2;
             let row_stats = match self.kernel {
-                BackwardKernel::KeyValue => 2 * bq * F32_BYTES,
+                BackwardKernel::KeyValue => 2 * self.buffers as usize * bq * F32_BYTES,
                 BackwardKernel::Query => 0,
             };
             return chunks * chunk_bytes + row_stats;
@@ -260,7 +290,12 @@ pub fn plan_backward(
 ) -> Result<BackwardPlan, FlashError> {
     problem.validate()?;
     if has_register_mma(props, problem.dtype) && mma_fits_registers(problem) {
-        let (planes, inner) = mma_blocks();
+        let MmaBlocks {
+            planes,
+            block_kv: inner,
+            buffers,
+            ..
+        } = mma_blocks();
         let outer = planes * MATRIX_TILE;
         let (block_q, block_kv) = match kernel {
             BackwardKernel::KeyValue => (inner, outer),
@@ -274,12 +309,13 @@ pub fn plan_backward(
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
             units: planes * crate::primitives::mma::LANES,
+            buffers,
             score: score_options(problem),
         };
         if config.fits(props) {
             let reason = format!(
                 "{kernel:?} kernel, mma path (16x8x16 {:?} register mma): block_q = {block_q}, \
-                 block_kv = {block_kv}, {} bytes of shared memory",
+                 block_kv = {block_kv}, {buffers} inner buffer(s), {} bytes of shared memory",
                 problem.dtype,
                 config.shared_memory_bytes()
             );
@@ -321,6 +357,7 @@ pub fn plan_backward_portable(
                 head_dim: problem.head_dim as u32,
                 val_dim: problem.val_dim as u32,
                 units,
+                buffers: 1,
                 score: score_options(problem),
             };
             if config.fits(props) {

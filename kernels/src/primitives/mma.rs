@@ -147,14 +147,16 @@ pub fn load_b_by_cols<F: Float, N: Size>(
     ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
 }
 
-/// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows `[0, 8 n_tiles)`
-/// of `b`, both row-major tiles of `stride` chunks, over `k_steps` 16-column steps: `n_tiles`
-/// accumulator tiles (S = Q K^T, dP = dO V^T and their transposes).
+/// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows
+/// `[b_row, b_row + 8 n_tiles)` of `b`, both row-major tiles of `stride` chunks, over `k_steps`
+/// 16-column steps: `n_tiles` accumulator tiles (S = Q K^T, dP = dO V^T and their transposes).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub fn product_with_rows<F: Float, N: Size>(
     a: &SharedMemory<Vector<F, N>>,
     a_row: u32,
     b: &SharedMemory<Vector<F, N>>,
+    b_row: u32,
     #[comptime] stride: u32,
     #[comptime] k_steps: u32,
     #[comptime] n_tiles: u32,
@@ -165,7 +167,7 @@ pub fn product_with_rows<F: Float, N: Size>(
         let fragment = load_a::<F, N>(a, a_row, stride, kk);
         #[unroll]
         for jj in 0..comptime!(n_tiles / 2) {
-            let b_fragments = load_b_by_rows::<F, N>(b, jj * TILE_M, stride, kk);
+            let b_fragments = load_b_by_rows::<F, N>(b, b_row + jj * TILE_M, stride, kk);
             mma_tile_pair::<F>(&fragment, &b_fragments, &mut acc, jj);
         }
     }

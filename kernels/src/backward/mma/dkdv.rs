@@ -4,7 +4,7 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
-use crate::primitives::chunk_io::{chunk_view, copy_rows};
+use crate::primitives::chunk_io::{chunk_view, copy_rows, fetch_pair, staged_pair, store_pair};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -12,7 +12,7 @@ use crate::primitives::mma::{
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, buffer_row, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
@@ -80,8 +80,9 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     let q_view = chunk_view(q, batch, head);
     let d_out_view = chunk_view(d_out, batch, head);
     let mut tiles = pair_tiles::<F, N>(config);
-    let mut lse_tile = SharedMemory::<f32>::new(config.block_q as usize);
-    let mut delta_tile = SharedMemory::<f32>::new(config.block_q as usize);
+    let stats_len = comptime!((config.buffers * config.block_q) as usize);
+    let mut lse_tile = SharedMemory::<f32>::new(stats_len);
+    let mut delta_tile = SharedMemory::<f32>::new(stats_len);
     let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
     let val_tiles = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
     let mut dk_acc = zero_accumulators(head_tiles);
@@ -112,37 +113,37 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     // Step 2: the query blocks that see this block (causal: none above the diagonal).
     let first_row = first_query_row(kv_start, &params, config.score);
     let q_blocks = params.seq_q.div_ceil(config.block_q);
-    for q_block in first_row / config.block_q..q_blocks {
-        let q_start = q_block * config.block_q;
-        copy_rows::<F, N>(
-            q,
-            &q_view,
-            &mut tiles.q,
-            q_start,
-            config.block_q,
-            config.head_dim,
-            config.mma_head_stride(),
-            units,
-        );
-        copy_rows::<F, N>(
-            d_out,
-            &d_out_view,
-            &mut tiles.d_out,
-            q_start,
-            config.block_q,
-            config.val_dim,
-            config.mma_val_stride(),
-            units,
-        );
-        if UNIT_POS < config.block_q {
-            lse_tile[UNIT_POS as usize] = row_stat(lse, batch, head, q_start + UNIT_POS);
-            delta_tile[UNIT_POS as usize] = row_stat(delta, batch, head, q_start + UNIT_POS);
-        }
-        sync_cube();
-        // A uniform branch: every unit of the cube takes the same pass.
-        let (block_q, block_kv) = (config.block_q, config.block_kv);
-        if pair_needs_masked_pass(q_start, kv_start, &params, block_q, block_kv, config.score) {
-            accumulate_dkdv::<F, M, N>(
+    let first_block = first_row / config.block_q;
+    let key_row = kv_start + plane_row + lane.group;
+    if comptime!(config.buffers == 1) {
+        for q_block in first_block..q_blocks {
+            let q_start = q_block * config.block_q;
+            copy_rows::<F, N>(
+                q,
+                &q_view,
+                &mut tiles.q,
+                q_start,
+                config.block_q,
+                config.head_dim,
+                config.mma_head_stride(),
+                units,
+            );
+            copy_rows::<F, N>(
+                d_out,
+                &d_out_view,
+                &mut tiles.d_out,
+                q_start,
+                config.block_q,
+                config.val_dim,
+                config.mma_val_stride(),
+                units,
+            );
+            if UNIT_POS < config.block_q {
+                lse_tile[UNIT_POS as usize] = row_stat(lse, batch, head, q_start + UNIT_POS);
+                delta_tile[UNIT_POS as usize] = row_stat(delta, batch, head, q_start + UNIT_POS);
+            }
+            sync_cube();
+            query_block::<F, M, N>(
                 mask,
                 bias,
                 &params,
@@ -151,16 +152,56 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
                 &lse_tile,
                 &delta_tile,
                 q_start,
-                kv_start + plane_row + lane.group,
+                kv_start,
+                0u32,
+                key_row,
                 plane_row,
                 lane,
                 &mut dk_acc,
                 &mut dv_acc,
                 config,
-                true,
             );
-        } else {
-            accumulate_dkdv::<F, M, N>(
+            sync_cube();
+        }
+    } else {
+        // The next query block's Q, dO, lse and delta are fetched into registers while this
+        // one computes, then stored into the other buffer before the block's one sync.
+        let inner = comptime!(config.mma_inner_pair());
+        let mut staged = staged_pair::<F, N>(inner);
+        if first_block < q_blocks {
+            let q_start = first_block * config.block_q;
+            let tile_row = buffer_row(first_block, config);
+            fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
+            store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
+            if UNIT_POS < config.block_q {
+                let at = (tile_row + UNIT_POS) as usize;
+                lse_tile[at] = row_stat(lse, batch, head, q_start + UNIT_POS);
+                delta_tile[at] = row_stat(delta, batch, head, q_start + UNIT_POS);
+            }
+        }
+        sync_cube();
+        for q_block in first_block..q_blocks {
+            let next = q_block + 1;
+            let has_next = next < q_blocks;
+            let next_start = next * config.block_q;
+            let mut next_lse = 0.0f32;
+            let mut next_delta = 0.0f32;
+            if has_next {
+                fetch_pair::<F, N>(
+                    q,
+                    &q_view,
+                    d_out,
+                    &d_out_view,
+                    &mut staged,
+                    next_start,
+                    inner,
+                );
+                if UNIT_POS < config.block_q {
+                    next_lse = row_stat(lse, batch, head, next_start + UNIT_POS);
+                    next_delta = row_stat(delta, batch, head, next_start + UNIT_POS);
+                }
+            }
+            query_block::<F, M, N>(
                 mask,
                 bias,
                 &params,
@@ -168,17 +209,26 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
                 &tiles,
                 &lse_tile,
                 &delta_tile,
-                q_start,
-                kv_start + plane_row + lane.group,
+                q_block * config.block_q,
+                kv_start,
+                buffer_row(q_block, config),
+                key_row,
                 plane_row,
                 lane,
                 &mut dk_acc,
                 &mut dv_acc,
                 config,
-                false,
             );
+            if has_next {
+                let tile_row = buffer_row(next, config);
+                store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
+                if UNIT_POS < config.block_q {
+                    lse_tile[(tile_row + UNIT_POS) as usize] = next_lse;
+                    delta_tile[(tile_row + UNIT_POS) as usize] = next_delta;
+                }
+            }
+            sync_cube();
         }
-        sync_cube();
     }
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
@@ -207,6 +257,43 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     );
 }
 
+/// One query block (starting at `q_start`, held from row `tile_row` of the inner tiles) of the
+/// dK/dV kernel: the masked pass where the block pair needs it. A uniform branch: every unit
+/// of the cube takes the same pass.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn query_block<F: Float, M: Int, N: Size>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &PairTiles<F, N>,
+    lse_tile: &SharedMemory<f32>,
+    delta_tile: &SharedMemory<f32>,
+    q_start: u32,
+    kv_start: u32,
+    tile_row: u32,
+    key_row: u32,
+    plane_row: u32,
+    lane: Lane,
+    dk_acc: &mut Array<Pair<f32>>,
+    dv_acc: &mut Array<Pair<f32>>,
+    #[comptime] config: BackwardConfig,
+) {
+    let (block_q, block_kv) = (config.block_q, config.block_kv);
+    if pair_needs_masked_pass(q_start, kv_start, params, block_q, block_kv, config.score) {
+        accumulate_dkdv::<F, M, N>(
+            mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row, key_row,
+            plane_row, lane, dk_acc, dv_acc, config, true,
+        );
+    } else {
+        accumulate_dkdv::<F, M, N>(
+            mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row, key_row,
+            plane_row, lane, dk_acc, dv_acc, config, false,
+        );
+    }
+}
+
 /// One query block of the dK/dV kernel for this plane's 16 key rows (`key_row`: this lane's
 /// first, inside the (batch, head)).
 #[cube]
@@ -220,6 +307,7 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     lse_tile: &SharedMemory<f32>,
     delta_tile: &SharedMemory<f32>,
     q_start: u32,
+    tile_row: u32,
     key_row: u32,
     plane_row: u32,
     lane: Lane,
@@ -232,9 +320,18 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
     // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
-    let mut st = product_with_rows::<F, N>(&tiles.k, plane_row, &tiles.q, hs, head_steps, q_tiles);
-    let mut dpt =
-        product_with_rows::<F, N>(&tiles.v, plane_row, &tiles.d_out, vs, val_steps, q_tiles);
+    let mut st = product_with_rows::<F, N>(
+        &tiles.k, plane_row, &tiles.q, tile_row, hs, head_steps, q_tiles,
+    );
+    let mut dpt = product_with_rows::<F, N>(
+        &tiles.v,
+        plane_row,
+        &tiles.d_out,
+        tile_row,
+        vs,
+        val_steps,
+        q_tiles,
+    );
     // P^T into st, dS^T into dpt. Entry (key row, query column): score(row = query, col = key).
     #[unroll]
     for j in 0..q_tiles {
@@ -249,8 +346,8 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
                 let (pe, dse) = p_and_ds::<F, M>(
                     p[e as usize],
                     ds[e as usize],
-                    lse_tile[local as usize],
-                    delta_tile[local as usize],
+                    lse_tile[(tile_row + local) as usize],
+                    delta_tile[(tile_row + local) as usize],
                     q_start + local,
                     key_row + h * BOTTOM_ROW,
                     params,
@@ -271,12 +368,14 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     accumulate_product::<F, N>(
         &st,
         &tiles.d_out,
-        0u32,
+        tile_row,
         vs,
         q_tiles,
         val_steps,
         1u32,
         dv_acc,
     );
-    accumulate_product::<F, N>(&dpt, &tiles.q, 0u32, hs, q_tiles, head_steps, 1u32, dk_acc);
+    accumulate_product::<F, N>(
+        &dpt, &tiles.q, tile_row, hs, q_tiles, head_steps, 1u32, dk_acc,
+    );
 }

@@ -3,8 +3,10 @@ use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
-use crate::primitives::block_range::kv_block_range_full_rows;
-use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
+use crate::primitives::block_range::{KvBlockRange, kv_block_range_full_rows};
+use crate::primitives::chunk_io::{
+    ChunkView, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
+};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -12,7 +14,7 @@ use crate::primitives::mma::{
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, buffer_row, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
@@ -117,47 +119,68 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         config.block_kv,
         config.score,
     );
-    for kv_block in 0..range.first_masked {
-        let kv_start = kv_block * config.block_kv;
-        load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
+    if comptime!(config.buffers == 1) {
+        for kv_block in 0..range.end {
+            let kv_start = kv_block * config.block_kv;
+            load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
+            sync_cube();
+            key_block::<F, M, N>(
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &stats,
+                &range,
+                kv_block,
+                0u32,
+                row,
+                plane_row,
+                lane,
+                &mut dq_acc,
+                config,
+            );
+            sync_cube();
+        }
+    } else {
+        // The next key/value block is fetched into registers while this one computes, then
+        // stored into the other buffer before the block's one sync.
+        let inner = comptime!(config.mma_inner_pair());
+        let mut staged = staged_pair::<F, N>(inner);
+        if range.end > 0 {
+            fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, 0u32, inner);
+            store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, inner);
+        }
         sync_cube();
-        accumulate_dq::<F, M, N>(
-            mask,
-            bias,
-            &params,
-            &tensors,
-            &tiles,
-            &stats,
-            kv_start,
-            row,
-            plane_row,
-            lane,
-            &mut dq_acc,
-            config,
-            false,
-        );
-        sync_cube();
-    }
-    for kv_block in range.first_masked..range.end {
-        let kv_start = kv_block * config.block_kv;
-        load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
-        sync_cube();
-        accumulate_dq::<F, M, N>(
-            mask,
-            bias,
-            &params,
-            &tensors,
-            &tiles,
-            &stats,
-            kv_start,
-            row,
-            plane_row,
-            lane,
-            &mut dq_acc,
-            config,
-            true,
-        );
-        sync_cube();
+        for kv_block in 0..range.end {
+            let next = kv_block + 1;
+            let has_next = next < range.end;
+            if has_next {
+                let next_start = next * config.block_kv;
+                fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, next_start, inner);
+            }
+            key_block::<F, M, N>(
+                mask,
+                bias,
+                &params,
+                &tensors,
+                &tiles,
+                &stats,
+                &range,
+                kv_block,
+                buffer_row(kv_block, config),
+                row,
+                plane_row,
+                lane,
+                &mut dq_acc,
+                config,
+            );
+            if has_next {
+                let tile_row = buffer_row(next, config);
+                store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, tile_row, inner);
+            }
+            sync_cube();
+        }
     }
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
@@ -220,6 +243,40 @@ struct RowStats {
     bottom_delta: f32,
 }
 
+/// Key/value block `kv_block` (held from row `tile_row` of the K and V tiles) of the dQ
+/// kernel: the masked pass from `range.first_masked` on (uniform across the cube).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn key_block<F: Float, M: Int, N: Size>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    tiles: &PairTiles<F, N>,
+    stats: &RowStats,
+    range: &KvBlockRange,
+    kv_block: u32,
+    tile_row: u32,
+    query_row: u32,
+    plane_row: u32,
+    lane: Lane,
+    dq_acc: &mut Array<Pair<f32>>,
+    #[comptime] config: BackwardConfig,
+) {
+    let kv_start = kv_block * config.block_kv;
+    if kv_block < range.first_masked {
+        accumulate_dq::<F, M, N>(
+            mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
+            lane, dq_acc, config, false,
+        );
+    } else {
+        accumulate_dq::<F, M, N>(
+            mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
+            lane, dq_acc, config, true,
+        );
+    }
+}
+
 /// One key/value block of the dQ kernel for this plane's 16 query rows (`query_row`: this
 /// lane's first, inside the (batch, head)).
 #[cube]
@@ -232,6 +289,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     tiles: &PairTiles<F, N>,
     stats: &RowStats,
     kv_start: u32,
+    tile_row: u32,
     query_row: u32,
     plane_row: u32,
     lane: Lane,
@@ -243,9 +301,18 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
     // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
-    let s = product_with_rows::<F, N>(&tiles.q, plane_row, &tiles.k, hs, head_steps, kv_tiles);
-    let mut dp =
-        product_with_rows::<F, N>(&tiles.d_out, plane_row, &tiles.v, vs, val_steps, kv_tiles);
+    let s = product_with_rows::<F, N>(
+        &tiles.q, plane_row, &tiles.k, tile_row, hs, head_steps, kv_tiles,
+    );
+    let mut dp = product_with_rows::<F, N>(
+        &tiles.d_out,
+        plane_row,
+        &tiles.v,
+        tile_row,
+        vs,
+        val_steps,
+        kv_tiles,
+    );
     // dS into dp.
     #[unroll]
     for j in 0..kv_tiles {
@@ -282,5 +349,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
         }
     }
     // dQ += dS K: k runs over the block's keys.
-    accumulate_product::<F, N>(&dp, &tiles.k, 0u32, hs, kv_tiles, head_steps, 1u32, dq_acc);
+    accumulate_product::<F, N>(
+        &dp, &tiles.k, tile_row, hs, kv_tiles, head_steps, 1u32, dq_acc,
+    );
 }

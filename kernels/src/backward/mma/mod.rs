@@ -27,7 +27,7 @@ use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
 };
 
-use super::config::BackwardConfig;
+use super::config::{BackwardConfig, BackwardKernel};
 
 mod dkdv;
 mod dq;
@@ -35,27 +35,42 @@ mod dq;
 pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
 pub use dq::{dq_mma_kernel, flash_attention_backward_dq_mma};
 
-/// The chunked shared-memory tiles of one block pair.
+/// The chunked shared-memory tiles of one block pair; the inner block's (dK/dV: Q and dO,
+/// dQ: K and V) hold `config.buffers` blocks, one after the other.
 #[derive(CubeType)]
 pub(super) struct PairTiles<F: Float, N: Size> {
-    /// `[block_q, head stride]`.
+    /// `[block_q (x buffers), head stride]`.
     pub(super) q: SharedMemory<Vector<F, N>>,
-    /// `[block_q, val stride]`.
+    /// `[block_q (x buffers), val stride]`.
     pub(super) d_out: SharedMemory<Vector<F, N>>,
-    /// `[block_kv, head stride]`.
+    /// `[block_kv (x buffers), head stride]`.
     pub(super) k: SharedMemory<Vector<F, N>>,
-    /// `[block_kv, val stride]`.
+    /// `[block_kv (x buffers), val stride]`.
     pub(super) v: SharedMemory<Vector<F, N>>,
 }
 
 #[cube]
 pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: BackwardConfig) -> PairTiles<F, N> {
+    let (q_rows, kv_rows) = comptime!(match config.kernel {
+        BackwardKernel::KeyValue => (config.buffers * config.block_q, config.block_kv),
+        BackwardKernel::Query => (config.block_q, config.buffers * config.block_kv),
+    });
     PairTiles::<F, N> {
-        q: chunk_tile::<F, N>(config.block_q, config.mma_head_stride()),
-        d_out: chunk_tile::<F, N>(config.block_q, config.mma_val_stride()),
-        k: chunk_tile::<F, N>(config.block_kv, config.mma_head_stride()),
-        v: chunk_tile::<F, N>(config.block_kv, config.mma_val_stride()),
+        q: chunk_tile::<F, N>(q_rows, config.mma_head_stride()),
+        d_out: chunk_tile::<F, N>(q_rows, config.mma_val_stride()),
+        k: chunk_tile::<F, N>(kv_rows, config.mma_head_stride()),
+        v: chunk_tile::<F, N>(kv_rows, config.mma_val_stride()),
     }
+}
+
+/// The first tile row of the buffer that holds inner block `block`.
+#[cube]
+pub(super) fn buffer_row(block: u32, #[comptime] config: BackwardConfig) -> u32 {
+    let mut row = 0u32;
+    if comptime!(config.buffers > 1) {
+        row = (block % config.buffers) * config.inner_rows();
+    }
+    row
 }
 
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
