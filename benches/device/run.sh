@@ -4,11 +4,13 @@
 # .carry/anchors/. Every step writes its full output under $OUT and prints a short tail.
 #
 #   benches/device/run.sh STEP...
-#   STEP: ptests | ktests | conformance | speed | quick | memory | anchors | tune
+#   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | tune
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
+# vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
+# non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
-# mma forward (BURN_FLASH_MMA=planes,block_kv[,plane_rows]) and backward
-# (BURN_FLASH_MMA_BWD=planes,inner).
+# mma forward (BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers) and backward
+# (BURN_FLASH_MMA_BWD=planes,inner,16,buffers).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=/tmp/flash-bin
@@ -52,17 +54,34 @@ for s in "$@"; do
       for run in forward forward-rows32 backward wave64 conformance; do
         echo "-- $run"; grep -E "^test result|FAILED|panicked" "$OUT/p-$run.log" | head -12
       done ;;
+    vtests)
+      start=$SECONDS
+      for cfg in ${VTEST_FWD:-4,64,32,2 8,32,16,2}; do
+        (BURN_FLASH_MMA=$cfg timeout "${STEP_TIMEOUT:-300}" "$BIN/forward" mma --test-threads=4 \
+           > "$OUT/v-fwd-${cfg//,/x}.log" 2>&1
+         echo "== forward mma, BURN_FLASH_MMA=$cfg: exit $?, $((SECONDS - start)) s") &
+      done
+      for cfg in ${VTEST_BWD:-4,32,16,2}; do
+        (BURN_FLASH_MMA_BWD=$cfg timeout "${STEP_TIMEOUT:-300}" "$BIN/backward" bf16 f16 \
+           --test-threads=6 > "$OUT/v-bwd-${cfg//,/x}.log" 2>&1
+         echo "== backward bf16/f16, BURN_FLASH_MMA_BWD=$cfg: exit $?, $((SECONDS - start)) s") &
+      done
+      wait
+      for log in "$OUT"/v-*.log; do
+        echo "-- $(basename "$log")"; grep -E "^test result|FAILED|panicked" "$log" | head -8
+      done ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
     quick) step quick "$BIN/attention" speed --quick ;;
     speed) step speed "$BIN/attention" speed ;;
+    bar) step bar "$BIN/attention" speed --bar ;;
     memory) step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     tune)
-      for cfg in ${TUNE_FWD:-4,64,32 4,32,32 2,64,32 8,64 8,32}; do
+      for cfg in ${TUNE_FWD:-8,64,16,1 8,32,16,1 8,64,16,2 8,32,16,2 4,64,32,1 4,64,32,2 4,32,32,2 16,64,16,2}; do
         BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
         sed "s/^/$cfg;/" "$OUT/tune-fwd-${cfg//,/x}.log" | grep -v impl
       done
-      for cfg in ${TUNE_BWD:-4,64 4,32 8,64}; do
+      for cfg in ${TUNE_BWD:-4,32,16,1 4,32,16,2 4,64,16,2 8,64,16,2 8,32,16,2}; do
         BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only
         sed "s/^/$cfg;/" "$OUT/tune-bwd-${cfg//,/x}.log" | grep "fwd+bwd"
       done ;;
