@@ -6,9 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
 dir="$OUT/cu"
-mkdir -p "$dir" /tmp/flash-bin
-gunzip -c .carry/bin/mma_codegen.gz > /tmp/flash-bin/mma_codegen && chmod +x /tmp/flash-bin/mma_codegen
-FLASH_DUMP_DIR="$dir" /tmp/flash-bin/mma_codegen > "$OUT/regs-codegen.log" 2>&1
+mkdir -p "$dir" /tmp/regs-bin
+gunzip -c .carry/bin/mma_codegen.gz > /tmp/regs-bin/mma_codegen && chmod +x /tmp/regs-bin/mma_codegen
+FLASH_DUMP_DIR="$dir" /tmp/regs-bin/mma_codegen > "$OUT/regs-codegen.log" 2>&1
 NVCC=$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -n 1)
 [ -n "$NVCC" ] || { echo "regs: no nvcc on this machine"; exit 0; }
 ls "$dir"/*.cu | xargs -P 12 -I{} sh -c \
