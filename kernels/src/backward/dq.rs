@@ -13,16 +13,16 @@
 use cubecl::prelude::*;
 
 use crate::forward::score_tensors;
-use crate::primitives::block_range::kv_block_range_full_rows;
+use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heaviest_first};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
 use super::block_pair::{
-    load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
+    BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
 use super::compensated::CompensatedSums;
 use super::config::{BackwardConfig, BackwardKernel};
-use super::{score_params, GradientInputs};
+use super::{GradientInputs, score_params};
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
 /// [`super::config::plan_backward`]). `dq` is fully overwritten.
@@ -83,7 +83,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
 ) {
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_block = CUBE_POS_X;
+    let q_block = query_block_heaviest_first(config.score.causal);
     let q_start = q_block * config.block_q;
     let tensors = score_tensors(mask, bias, batch, head, config.score);
     let mut tiles = new_tiles(config);
@@ -92,22 +92,63 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
-    let first = BlockPair { batch, head, q_start, kv_start: 0 };
+    let first = BlockPair {
+        batch,
+        head,
+        q_start,
+        kv_start: 0,
+    };
     load_query_block::<F>(q, d_out, lse, delta, &mut tiles, &first, config);
 
     // Step 2: the visible key/value blocks, unmasked pass first. A partial query block takes the
     // masked pass everywhere: its rows past seq_q must not read the bias.
-    let range = kv_block_range_full_rows(q_block, &params, config.block_q, config.block_kv, config.score);
+    let range = kv_block_range_full_rows(
+        q_block,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
     for kv_block in 0..range.first_masked {
-        let pair = BlockPair { batch, head, q_start, kv_start: kv_block * config.block_kv };
+        let pair = BlockPair {
+            batch,
+            head,
+            q_start,
+            kv_start: kv_block * config.block_kv,
+        };
         accumulate_kv_block::<F, M>(
-            k, v, mask, bias, &params, &tensors, &mut tiles, &pair, &mut dq_acc, config, false,
+            k,
+            v,
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &mut tiles,
+            &pair,
+            &mut dq_acc,
+            config,
+            false,
         );
     }
     for kv_block in range.first_masked..range.end {
-        let pair = BlockPair { batch, head, q_start, kv_start: kv_block * config.block_kv };
+        let pair = BlockPair {
+            batch,
+            head,
+            q_start,
+            kv_start: kv_block * config.block_kv,
+        };
         accumulate_kv_block::<F, M>(
-            k, v, mask, bias, &params, &tensors, &mut tiles, &pair, &mut dq_acc, config, true,
+            k,
+            v,
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &mut tiles,
+            &pair,
+            &mut dq_acc,
+            config,
+            true,
         );
     }
 
@@ -119,7 +160,8 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
         let e = UNIT_POS + t * config.units;
         let row = q_start + e / config.head_dim;
         if e < config.block_q * config.head_dim && row < params.seq_q {
-            let at = base + row as usize * dq.stride(2) + (e % config.head_dim) as usize * dq.stride(3);
+            let at =
+                base + row as usize * dq.stride(2) + (e % config.head_dim) as usize * dq.stride(3);
             dq[at] = F::cast_from(dq_acc.sum[t as usize] * params.scale);
         }
     }
@@ -144,7 +186,16 @@ fn accumulate_kv_block<F: Float, M: Int>(
 ) {
     load_kv_block::<F>(k, v, tiles, pair, config);
     sync_cube();
-    recompute_p_and_ds::<F, M>(mask, bias, params, tensors, tiles, pair, config, masked_pass);
+    recompute_p_and_ds::<F, M>(
+        mask,
+        bias,
+        params,
+        tensors,
+        tiles,
+        pair,
+        config,
+        masked_pass,
+    );
     sync_cube();
 
     let score_cols = config.score_tile_cols();
@@ -164,7 +215,8 @@ fn accumulate_kv_block<F: Float, M: Int>(
             #[unroll]
             for r in 0..group {
                 let j = j0 + r;
-                group_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.k[(j * dk_cols + c) as usize];
+                group_sum +=
+                    tiles.ds[(i * score_cols + j) as usize] * tiles.k[(j * dk_cols + c) as usize];
             }
             dq_acc.add(t, group_sum);
         }

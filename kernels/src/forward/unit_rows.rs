@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 
 use crate::config::FlashConfig;
-use crate::primitives::block_range::kv_block_range;
+use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
@@ -165,7 +165,7 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     params: ScoreParams,
     #[comptime] config: FlashConfig,
 ) {
-    let q_block = CUBE_POS_X;
+    let q_block = query_block_heaviest_first(config.score.causal);
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q;

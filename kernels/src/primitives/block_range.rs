@@ -115,3 +115,22 @@ pub fn pair_needs_masked_pass(
     }
     masked
 }
+
+/// The query block this cube handles, for a grid of one cube per query block along x. Causal:
+/// the last query blocks see the most keys, and launching them first keeps the tail of the
+/// grid short (FA-2 does the same); otherwise in order.
+#[cube]
+pub fn query_block_heaviest_first(#[comptime] causal: bool) -> u32 {
+    let mut block = CUBE_POS_X;
+    if comptime!(causal) {
+        block = from_the_end(CUBE_POS_X, CUBE_COUNT_X);
+    }
+    block
+}
+
+/// Position `pos` of `count`, counted from the end (a function: with the builtins written
+/// inline, rustc evaluates their placeholder constants and rejects the subtraction).
+#[cube]
+fn from_the_end(pos: u32, count: u32) -> u32 {
+    count - 1 - pos
+}

@@ -3,7 +3,9 @@ use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
-use crate::primitives::block_range::{KvBlockRange, kv_block_range_full_rows};
+use crate::primitives::block_range::{
+    KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first,
+};
 use crate::primitives::chunk_io::{
     ChunkView, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
 };
@@ -70,7 +72,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
     let units = config.units;
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_block = CUBE_POS_X;
+    let q_block = query_block_heaviest_first(config.score.causal);
     let q_start = q_block * config.block_q;
     let plane_row = UNIT_POS_Y * MATRIX_TILE;
     let lane = lane();

@@ -23,7 +23,7 @@
 use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, MATRIX_TILE};
-use crate::primitives::block_range::{KvBlockRange, kv_block_range};
+use crate::primitives::block_range::{KvBlockRange, kv_block_range, query_block_heaviest_first};
 use crate::primitives::chunk_io::{
     ChunkView, StagedPair, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
 };
@@ -88,12 +88,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     let units = comptime!(config.units());
     let row_tiles = comptime!(config.mma_row_tiles());
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
-    // Causal: the last query blocks see the most keys; launching them first keeps the tail
-    // of the grid short (FA-2 does the same).
-    let mut q_block = CUBE_POS_X;
-    if comptime!(config.score.causal) {
-        q_block = reversed(CUBE_POS_X, CUBE_COUNT_X);
-    }
+    let q_block = query_block_heaviest_first(config.score.causal);
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q;
@@ -220,12 +215,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             );
         }
     }
-}
-
-/// Position `pos` of `count`, counted from the end.
-#[cube]
-fn reversed(pos: u32, count: u32) -> u32 {
-    count - 1 - pos
 }
 
 /// One iteration of the main loop (see the module doc). `first_row` is this lane's top row
