@@ -5,6 +5,7 @@
 #
 #   benches/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | tune
+#         | profile
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -70,6 +71,18 @@ for s in "$@"; do
       for log in "$OUT"/v-*.log; do
         echo "-- $(basename "$log")"; grep -E "^test result|FAILED|panicked" "$log" | head -8
       done ;;
+    profile)
+      # Per-kernel device time of the bar shapes (ours only) under Nsight Systems, if present.
+      nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+        2>/dev/null | head -n 1)
+      if [ -z "$nsys" ]; then echo "profile: no nsys on this machine"; else
+        timeout "${STEP_TIMEOUT:-240}" "$nsys" profile -o "$OUT/prof" --force-overwrite true -t cuda \
+          "$BIN/attention" speed --bar --flash-only > "$OUT/profile-run.log" 2>&1
+        echo "== profile: exit $?"
+        "$nsys" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/prof" "$OUT/prof.nsys-rep" \
+          > "$OUT/profile-stats.log" 2>&1
+        cut -d, -f1-9 "$OUT"/prof_cuda_gpu_kern_sum.csv 2>/dev/null | cut -c1-220 | head -40
+      fi ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
     quick) step quick "$BIN/attention" speed --quick ;;
     speed) step speed "$BIN/attention" speed ;;

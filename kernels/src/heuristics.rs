@@ -43,24 +43,32 @@ const MMA_PLANE_SIZE: u32 = LANES;
 const MMA_MAX_DIM: u32 = 128;
 /// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers]]`
 /// overrides them (a benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv`
-/// keys per block, `buffers` shared-memory copies of the key/value block. Measured on the H200
-/// (bf16, benches/RESULTS.md 2026-11-30) with 16-row planes and one buffer: 8 x 64 beat 4 x 64,
-/// 2 x 64, 4 x 128, 8 x 128 and 4 x 32 at both bar shapes before the fast exp; after it, 8 x 32
-/// was faster at head_dim 64 (146 vs 122 TFLOP/s, causal 96 vs 85) and slower at head_dim 128
-/// (165 vs 175, causal 131 vs 142), and 16 x 64 spilled at head_dim 128 (34 TFLOP/s). So the
-/// default key block is 32 up to head_dim 64 and 64 above. 32-row planes (two row tiles: each
-/// K/V fragment read from shared memory feeds two mmas, FA-2's 32 rows per warp) and two
-/// buffers are expanded and compiled to CUDA in CI (`tests/mma_codegen.rs`); they are taken
-/// when asked for until an H200 run says they are faster.
-const MMA_BLOCKS: MmaBlocks = MmaBlocks {
-    planes: 8,
-    block_kv: 64,
-    plane_rows: 16,
-    buffers: 1,
-};
-/// Head dims up to this take [`MMA_SMALL_HEAD_BLOCK_KV`] keys per block.
+/// keys per block, `buffers` shared-memory copies of the key/value block. The defaults are the
+/// fastest of one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`,
+/// benches/RESULTS.md 2026-11-30 third session) at the issues' two bar shapes, among 16- and
+/// 32-row planes, 32 and 64 keys, 1 and 2 buffers, 4 to 16 planes:
+/// - head_dim <= 64, not causal, at (64,12,1024,64): 4 x 64 keys, 32-row planes, 2 buffers:
+///   155.1 (4 x 64 x 32 x 1: 151.4; the previous 8 x 64 x 16 x 1: 119.8);
+/// - head_dim <= 64, causal: 8 x 32 keys, 16-row planes, 2 buffers: 96.2 (the others 88.6 to
+///   95.2: causal is limited elsewhere);
+/// - head_dim <= 128, at (16,16,2048,128): 4 x 32 keys, 32-row planes, 2 buffers: 180.6, causal
+///   147.6 (8 x 64 x 16 x 1: 178.4 / 136.6; 32-row planes with 64 keys spill there).
+/// 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
+fn default_mma_blocks(head_dim: u32, causal: bool) -> MmaBlocks {
+    let blocks = |planes, block_kv, plane_rows, buffers| MmaBlocks {
+        planes,
+        block_kv,
+        plane_rows,
+        buffers,
+    };
+    match (head_dim <= MMA_SMALL_HEAD, causal) {
+        (true, false) => blocks(4, 64, 32, 2),
+        (true, true) => blocks(8, 32, 16, 2),
+        (false, _) => blocks(4, 32, 32, 2),
+    }
+}
+/// Head dims up to this take the small-head defaults.
 const MMA_SMALL_HEAD: u32 = 64;
-const MMA_SMALL_HEAD_BLOCK_KV: u32 = 32;
 
 /// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32),
 /// `block_kv` key/value rows per block (the backward's inner block), and `buffers` (1 or 2)
@@ -415,16 +423,9 @@ pub(crate) fn mma_blocks_override(var: &str) -> Option<MmaBlocks> {
     })
 }
 
-/// The mma forward's blocks for `head_dim`: `BURN_FLASH_MMA` or the defaults.
-fn mma_blocks(head_dim: u32) -> MmaBlocks {
-    mma_blocks_override("BURN_FLASH_MMA").unwrap_or(if head_dim <= MMA_SMALL_HEAD {
-        MmaBlocks {
-            block_kv: MMA_SMALL_HEAD_BLOCK_KV,
-            ..MMA_BLOCKS
-        }
-    } else {
-        MMA_BLOCKS
-    })
+/// The mma forward's blocks for `head_dim`: `BURN_FLASH_MMA` or the measured defaults.
+fn mma_blocks(head_dim: u32, causal: bool) -> MmaBlocks {
+    mma_blocks_override("BURN_FLASH_MMA").unwrap_or_else(|| default_mma_blocks(head_dim, causal))
 }
 
 fn mma_config(
@@ -443,7 +444,7 @@ fn mma_config(
         block_kv,
         plane_rows,
         buffers: kv_buffers,
-    } = mma_blocks(problem.head_dim as u32);
+    } = mma_blocks(problem.head_dim as u32, problem.causal);
     let config = FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,

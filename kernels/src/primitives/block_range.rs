@@ -29,6 +29,24 @@ pub fn causal_end(row: u32, params: &ScoreParams) -> u32 {
     min(end, params.seq_kv)
 }
 
+/// Causal: where the keys that rows `[first_row, first_row + rows)` (clipped to seq_q) see
+/// end; every key from it on is masked for all of them, so a plane that owns those rows can
+/// skip a straddling block its cube visits for other rows (its softmax state would not change:
+/// alpha = 1, P = 0). Without causal: seq_kv.
+#[cube]
+pub fn rows_kv_end(
+    first_row: u32,
+    #[comptime] rows: u32,
+    params: &ScoreParams,
+    #[comptime] options: ScoreOptions,
+) -> u32 {
+    let mut end = params.seq_kv;
+    if comptime!(options.causal) {
+        end = causal_end(min(first_row + rows, params.seq_q) - 1, params);
+    }
+    end
+}
+
 /// The key/value blocks query block `q_block` (of `block_q` rows) visits.
 #[cube]
 pub fn kv_block_range(

@@ -3,7 +3,7 @@ use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
-use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
+use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
 use crate::primitives::chunk_io::{chunk_view, copy_rows, fetch_pair, staged_pair, store_pair};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
@@ -282,10 +282,19 @@ fn query_block<F: Float, M: Int, N: Size>(
 ) {
     let (block_q, block_kv) = (config.block_q, config.block_kv);
     if pair_needs_masked_pass(q_start, kv_start, params, block_q, block_kv, config.score) {
-        accumulate_dkdv::<F, M, N>(
-            mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row, key_row,
-            plane_row, lane, dk_acc, dv_acc, config, true,
-        );
+        // Causal: a query block that sees none of this plane's 16 keys changes nothing for
+        // them (P = dS = 0); the plane skips it (a plane-uniform branch).
+        let mut needed = true;
+        if comptime!(config.score.causal) {
+            let q_last = min(q_start + block_q, params.seq_q) - 1;
+            needed = kv_start + plane_row < causal_end(q_last, params);
+        }
+        if needed {
+            accumulate_dkdv::<F, M, N>(
+                mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row,
+                key_row, plane_row, lane, dk_acc, dv_acc, config, true,
+            );
+        }
     } else {
         accumulate_dkdv::<F, M, N>(
             mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row, key_row,

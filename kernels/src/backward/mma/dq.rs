@@ -4,7 +4,7 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{
-    KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first,
+    KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
 use crate::primitives::chunk_io::{
     ChunkView, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
@@ -114,6 +114,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
 
     // Step 2: the visible key/value blocks, unmasked pass first. A partial query block takes
     // the masked pass everywhere: its rows past seq_q must not read the mask or bias.
+    let plane_kv_end = rows_kv_end(q_start + plane_row, MATRIX_TILE, &params, config.score);
     let range = kv_block_range_full_rows(
         q_block,
         &params,
@@ -135,6 +136,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
                 &stats,
                 &range,
                 kv_block,
+                plane_kv_end,
                 0u32,
                 row,
                 plane_row,
@@ -170,6 +172,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
                 &stats,
                 &range,
                 kv_block,
+                plane_kv_end,
                 buffer_row(kv_block, config),
                 row,
                 plane_row,
@@ -258,6 +261,7 @@ fn key_block<F: Float, M: Int, N: Size>(
     stats: &RowStats,
     range: &KvBlockRange,
     kv_block: u32,
+    plane_kv_end: u32,
     tile_row: u32,
     query_row: u32,
     plane_row: u32,
@@ -271,7 +275,9 @@ fn key_block<F: Float, M: Int, N: Size>(
             mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
             lane, dq_acc, config, false,
         );
-    } else {
+    } else if kv_start < plane_kv_end {
+        // (Causal: a block that this plane's 16 rows see none of changes nothing, dS = 0:
+        // the plane skips it, a plane-uniform branch.)
         accumulate_dq::<F, M, N>(
             mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
             lane, dq_acc, config, true,

@@ -23,7 +23,9 @@
 use cubecl::prelude::*;
 
 use crate::config::{FlashConfig, MATRIX_TILE};
-use crate::primitives::block_range::{KvBlockRange, kv_block_range, query_block_heaviest_first};
+use crate::primitives::block_range::{
+    KvBlockRange, kv_block_range, query_block_heaviest_first, rows_kv_end,
+};
 use crate::primitives::chunk_io::{
     ChunkView, StagedPair, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
 };
@@ -143,6 +145,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
     }
     sync_cube();
     let first_row = q_start + plane_row + lane.group;
+    let plane_rows = comptime!(row_tiles * MATRIX_TILE);
+    let plane_kv_end = rows_kv_end(q_start + plane_row, plane_rows, &params, config.score);
     for kv_block in 0..range.first_masked {
         attend_kv_block::<F, M, N>(
             k,
@@ -155,6 +159,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &tensors,
             &range,
             kv_block,
+            plane_kv_end,
             first_row,
             plane_row,
             lane,
@@ -178,6 +183,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             &tensors,
             &range,
             kv_block,
+            plane_kv_end,
             first_row,
             plane_row,
             lane,
@@ -218,7 +224,8 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 }
 
 /// One iteration of the main loop (see the module doc). `first_row` is this lane's top row
-/// inside the (batch, head); `masked_pass` emits the tail / causal / mask checks.
+/// inside the (batch, head), `plane_kv_end` where the keys its plane's rows see end;
+/// `masked_pass` emits the tail / causal / mask checks.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn attend_kv_block<F: Float, M: Int, N: Size>(
@@ -232,6 +239,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     tensors: &ScoreTensors,
     range: &KvBlockRange,
     kv_block: u32,
+    plane_kv_end: u32,
     first_row: u32,
     plane_row: u32,
     lane: Lane,
@@ -264,57 +272,65 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
         );
     }
 
-    // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
-    // t kv_tiles); each K fragment feeds every row tile.
-    let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
-    #[unroll]
-    for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-        let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
+    // A straddling block fully masked for this plane's rows (causal) changes nothing: the
+    // plane skips it (a plane-uniform branch) and only takes part in the copies and syncs.
+    let mut needed = true;
+    if comptime!(masked_pass && config.score.causal) {
+        needed = kv_block * config.block_kv < plane_kv_end;
+    }
+    if needed {
+        // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
+        // t kv_tiles); each K fragment feeds every row tile.
+        let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
         #[unroll]
-        for jj in 0..kv_pairs {
-            let b = load_b_by_rows::<F, N>(
-                &tiles.k,
-                kv_row + jj * TILE_M,
-                config.mma_head_stride(),
-                kk,
-            );
+        for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
+            let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
             #[unroll]
-            for t in 0..row_tiles {
-                let a = a_fragment::<F>(&a_step, t);
-                mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
+            for jj in 0..kv_pairs {
+                let b = load_b_by_rows::<F, N>(
+                    &tiles.k,
+                    kv_row + jj * TILE_M,
+                    config.mma_head_stride(),
+                    kk,
+                );
+                #[unroll]
+                for t in 0..row_tiles {
+                    let a = a_fragment::<F>(&a_step, t);
+                    mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
+                }
             }
         }
-    }
 
-    #[unroll]
-    for t in 0..row_tiles {
-        softmax_row_tile::<F, M>(
-            &mut s,
-            rows,
-            mask,
-            bias,
-            params,
-            tensors,
-            kv_block * config.block_kv,
-            first_row + t * TILE_M,
-            lane,
-            t,
-            config,
-            masked_pass,
+        #[unroll]
+        for t in 0..row_tiles {
+            softmax_row_tile::<F, M>(
+                &mut s,
+                rows,
+                mask,
+                bias,
+                params,
+                tensors,
+                kv_block * config.block_kv,
+                first_row + t * TILE_M,
+                lane,
+                t,
+                config,
+                masked_pass,
+            );
+        }
+
+        // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
+        accumulate_product::<F, N>(
+            &s,
+            &tiles.v,
+            kv_row,
+            config.mma_val_stride(),
+            kv_tiles,
+            comptime!(val_tiles / 2),
+            row_tiles,
+            &mut rows.acc,
         );
     }
-
-    // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
-    accumulate_product::<F, N>(
-        &s,
-        &tiles.v,
-        kv_row,
-        config.mma_val_stride(),
-        kv_tiles,
-        comptime!(val_tiles / 2),
-        row_tiles,
-        &mut rows.acc,
-    );
 
     if comptime!(config.kv_buffers == 1) {
         // Every plane is done reading this block's K and V before the next block overwrites
