@@ -423,7 +423,8 @@ pub(crate) fn mma_blocks_override(var: &str) -> Option<MmaBlocks> {
     })
 }
 
-/// The mma forward's blocks for `head_dim`: `BURN_FLASH_MMA` or the measured defaults.
+/// The mma forward's blocks for the wider of head_dim and val_dim: `BURN_FLASH_MMA` or the
+/// measured defaults.
 fn mma_blocks(head_dim: u32, causal: bool) -> MmaBlocks {
     mma_blocks_override("BURN_FLASH_MMA").unwrap_or_else(|| default_mma_blocks(head_dim, causal))
 }
@@ -444,7 +445,7 @@ fn mma_config(
         block_kv,
         plane_rows,
         buffers: kv_buffers,
-    } = mma_blocks(problem.head_dim as u32, problem.causal);
+    } = mma_blocks(problem.head_dim.max(problem.val_dim) as u32, problem.causal);
     let config = FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,

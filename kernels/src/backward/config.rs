@@ -64,22 +64,38 @@ pub enum BackwardPath {
 /// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
 /// rows per plane), rows of the inner (streamed) block, and its shared-memory buffers (1: each
 /// inner block loaded between two cube syncs; 2: the next one fetched into registers while
-/// this one computes and stored into the other buffer, one sync per block). The H200
-/// benchmark (benches/RESULTS.md 2026-11-30, forward + backward TFLOP/s) measured 4 x 32
-/// faster than 4 x 64 (the H200 suites' blocks) and 8 x 64 in all four cells of the issues'
-/// bar: 113.5 / 88.9 / 137.0 / 114.6 against 99.6 / 76.1 / 87.3 / 78.7 for 4 x 64.
-const MMA_BLOCKS: MmaBlocks = MmaBlocks {
-    planes: 4,
-    block_kv: 32,
-    plane_rows: MATRIX_TILE,
-    buffers: 1,
-};
+/// this one computes and stored into the other buffer, one sync per block). The defaults are
+/// the fastest of two H200 tuning calls (bf16, forward + backward TFLOP/s at the issues' bar
+/// shapes, benches/RESULTS.md 2026-11-30 third session; runs of one config differ by up to
+/// ~7% between calls):
+/// - head_dim <= 64: 4 x 32, one buffer: 119.4 / 87.2 and 123.8 / 90.2 (non-causal / causal);
+///   two buffers 119.5 / 79.7 and 118.7 / 85.1; 8 x 32 x 2: 108.5 / 79.1 and 113.1 / 82.9;
+/// - head_dim <= 128: 8 x 32, two buffers: 137.6 / 105.9 and 143.1 / 115.6; 4 x 32 x 1: 126.1 /
+///   105.4 and 130.9 / 112.9; 4 x 32 x 2: 135.4 / 110.9 and 138.5 / 113.3.
+///
+/// 64-row inner blocks were slower everywhere (4 x 64 x 2: 85.0 / 67.6 / 72.3 / 65.1).
+fn default_mma_blocks(head_dim: u32) -> MmaBlocks {
+    let planes_and_buffers = if head_dim <= MMA_SMALL_HEAD {
+        (4, 1)
+    } else {
+        (8, 2)
+    };
+    MmaBlocks {
+        planes: planes_and_buffers.0,
+        block_kv: 32,
+        plane_rows: MATRIX_TILE,
+        buffers: planes_and_buffers.1,
+    }
+}
+/// Head dims up to this take the small-head defaults.
+const MMA_SMALL_HEAD: u32 = 64;
 
-/// The mma backward's blocks: `BURN_FLASH_MMA_BWD` (16-row planes only) or the defaults.
-fn mma_blocks() -> MmaBlocks {
+/// The mma backward's blocks for `head_dim`: `BURN_FLASH_MMA_BWD` (16-row planes only) or the
+/// measured defaults.
+fn mma_blocks(head_dim: u32) -> MmaBlocks {
     mma_blocks_override("BURN_FLASH_MMA_BWD")
         .filter(|blocks| blocks.plane_rows == MATRIX_TILE)
-        .unwrap_or(MMA_BLOCKS)
+        .unwrap_or_else(|| default_mma_blocks(head_dim))
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -295,7 +311,7 @@ pub fn plan_backward(
             block_kv: inner,
             buffers,
             ..
-        } = mma_blocks();
+        } = mma_blocks(problem.head_dim.max(problem.val_dim) as u32);
         let outer = planes * MATRIX_TILE;
         let (block_q, block_kv) = match kernel {
             BackwardKernel::KeyValue => (inner, outer),
