@@ -5,7 +5,7 @@
 #
 #   benches/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | tune
-#         | profile
+#         | profile | sanitize
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -82,6 +82,17 @@ for s in "$@"; do
         "$nsys" stats -r cuda_gpu_kern_sum -f csv -o "$OUT/prof" "$OUT/prof.nsys-rep" \
           > "$OUT/profile-stats.log" 2>&1
         cut -d, -f1-9 "$OUT"/prof_cuda_gpu_kern_sum.csv 2>/dev/null | cut -c1-220 | head -40
+      fi ;;
+    sanitize)
+      # compute-sanitizer memcheck over the conformance gradient tests (SANITIZE_FILTER), to name
+      # the kernel behind an illegal address.
+      cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+      if [ -z "$cs" ]; then echo "sanitize: no compute-sanitizer on this machine"; else
+        timeout "${STEP_TIMEOUT:-240}" "$cs" --tool memcheck --print-limit 20 "$BIN/conformance" \
+          "${SANITIZE_FILTER:-semantics::gradients_match_autodiff_semantics}" --exact --test-threads=1 \
+          > "$OUT/sanitize.log" 2>&1
+        echo "== sanitize: exit $?"
+        grep -E "Invalid|of size|at 0x|by thread|kernel|ERROR SUMMARY" "$OUT/sanitize.log" | head -40
       fi ;;
     conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
     quick) step quick "$BIN/attention" speed --quick ;;
