@@ -115,77 +115,33 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     let q_blocks = params.seq_q.div_ceil(config.block_q);
     let first_block = first_row / config.block_q;
     let key_row = kv_start + plane_row + lane.group;
-    if comptime!(config.buffers == 1) {
-        for q_block in first_block..q_blocks {
-            let q_start = q_block * config.block_q;
-            copy_rows::<F, N>(
-                q,
-                &q_view,
-                &mut tiles.q,
-                q_start,
-                config.block_q,
-                config.head_dim,
-                config.mma_head_stride(),
-                units,
-            );
-            copy_rows::<F, N>(
-                d_out,
-                &d_out_view,
-                &mut tiles.d_out,
-                q_start,
-                config.block_q,
-                config.val_dim,
-                config.mma_val_stride(),
-                units,
-            );
-            if UNIT_POS < config.block_q {
-                lse_tile[UNIT_POS as usize] = row_stat(lse, batch, head, q_start + UNIT_POS);
-                delta_tile[UNIT_POS as usize] = row_stat(delta, batch, head, q_start + UNIT_POS);
-            }
-            sync_cube();
-            query_block::<F, M, N>(
-                mask,
-                bias,
-                &params,
-                &tensors,
-                &tiles,
-                &lse_tile,
-                &delta_tile,
-                q_start,
-                kv_start,
-                0u32,
-                key_row,
-                plane_row,
-                lane,
-                &mut dk_acc,
-                &mut dv_acc,
-                config,
-            );
-            sync_cube();
-        }
-    } else {
-        // The next query block's Q, dO, lse and delta are fetched into registers while this
-        // one computes, then stored into the other buffer before the block's one sync.
-        let inner = comptime!(config.mma_inner_pair());
-        let mut staged = staged_pair::<F, N>(inner);
+    // One buffer: each query block (Q, dO, lse, delta) is loaded between two syncs. Two
+    // buffers: the next one is fetched into registers while this one computes, then stored
+    // into the other buffer before the block's one sync.
+    let inner = comptime!(config.mma_inner_pair());
+    let double = comptime!(config.buffers > 1);
+    let mut staged = staged_pair::<F, N>(inner);
+    if comptime!(double) {
         if first_block < q_blocks {
             let q_start = first_block * config.block_q;
             let tile_row = buffer_row(first_block, config);
             fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
+            let stats = fetch_stats(lse, delta, batch, head, q_start, config);
             store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
-            if UNIT_POS < config.block_q {
-                let at = (tile_row + UNIT_POS) as usize;
-                lse_tile[at] = row_stat(lse, batch, head, q_start + UNIT_POS);
-                delta_tile[at] = row_stat(delta, batch, head, q_start + UNIT_POS);
-            }
+            store_stats(&mut lse_tile, &mut delta_tile, tile_row, &stats, config);
         }
         sync_cube();
-        for q_block in first_block..q_blocks {
-            let next = q_block + 1;
-            let has_next = next < q_blocks;
-            let next_start = next * config.block_q;
-            let mut next_lse = 0.0f32;
-            let mut next_delta = 0.0f32;
+    }
+    for q_block in first_block..q_blocks {
+        let q_start = q_block * config.block_q;
+        let next = q_block + 1;
+        let has_next = next < q_blocks;
+        let next_start = next * config.block_q;
+        let mut next_stats = QueryStats {
+            lse: 0.0f32,
+            delta: 0.0f32,
+        };
+        if comptime!(double) {
             if has_next {
                 fetch_pair::<F, N>(
                     q,
@@ -196,39 +152,49 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
                     next_start,
                     inner,
                 );
-                if UNIT_POS < config.block_q {
-                    next_lse = row_stat(lse, batch, head, next_start + UNIT_POS);
-                    next_delta = row_stat(delta, batch, head, next_start + UNIT_POS);
-                }
+                let stats = fetch_stats(lse, delta, batch, head, next_start, config);
+                next_stats.lse = stats.lse;
+                next_stats.delta = stats.delta;
             }
-            query_block::<F, M, N>(
-                mask,
-                bias,
-                &params,
-                &tensors,
-                &tiles,
-                &lse_tile,
-                &delta_tile,
-                q_block * config.block_q,
-                kv_start,
-                buffer_row(q_block, config),
-                key_row,
-                plane_row,
-                lane,
-                &mut dk_acc,
-                &mut dv_acc,
-                config,
-            );
+        } else {
+            fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
+            let stats = fetch_stats(lse, delta, batch, head, q_start, config);
+            store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, 0u32, inner);
+            store_stats(&mut lse_tile, &mut delta_tile, 0u32, &stats, config);
+            sync_cube();
+        }
+        query_block::<F, M, N>(
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &lse_tile,
+            &delta_tile,
+            q_start,
+            kv_start,
+            buffer_row(q_block, config),
+            key_row,
+            plane_row,
+            lane,
+            &mut dk_acc,
+            &mut dv_acc,
+            config,
+        );
+        if comptime!(double) {
             if has_next {
                 let tile_row = buffer_row(next, config);
                 store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
-                if UNIT_POS < config.block_q {
-                    lse_tile[(tile_row + UNIT_POS) as usize] = next_lse;
-                    delta_tile[(tile_row + UNIT_POS) as usize] = next_delta;
-                }
+                store_stats(
+                    &mut lse_tile,
+                    &mut delta_tile,
+                    tile_row,
+                    &next_stats,
+                    config,
+                );
             }
-            sync_cube();
         }
+        sync_cube();
     }
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
@@ -255,6 +221,50 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
         1.0f32,
         config.val_dim,
     );
+}
+
+/// The lse and delta of one query row, on their way to the stats tiles.
+#[derive(CubeType, Clone, Copy)]
+struct QueryStats {
+    lse: f32,
+    delta: f32,
+}
+
+/// The lse and delta of query row `q_start + UNIT_POS` for the units that own a row of the
+/// block (0 elsewhere and past seq_q).
+#[cube]
+fn fetch_stats(
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    batch: u32,
+    head: u32,
+    q_start: u32,
+    #[comptime] config: BackwardConfig,
+) -> QueryStats {
+    let mut stats = QueryStats {
+        lse: 0.0f32,
+        delta: 0.0f32,
+    };
+    if UNIT_POS < config.block_q {
+        stats.lse = row_stat(lse, batch, head, q_start + UNIT_POS);
+        stats.delta = row_stat(delta, batch, head, q_start + UNIT_POS);
+    }
+    stats
+}
+
+/// Stores what [`fetch_stats`] read into the stats tiles, from tile row `tile_row` on.
+#[cube]
+fn store_stats(
+    lse_tile: &mut SharedMemory<f32>,
+    delta_tile: &mut SharedMemory<f32>,
+    tile_row: u32,
+    stats: &QueryStats,
+    #[comptime] config: BackwardConfig,
+) {
+    if UNIT_POS < config.block_q {
+        lse_tile[(tile_row + UNIT_POS) as usize] = stats.lse;
+        delta_tile[(tile_row + UNIT_POS) as usize] = stats.delta;
+    }
 }
 
 /// One query block (starting at `q_start`, held from row `tile_row` of the inner tiles) of the

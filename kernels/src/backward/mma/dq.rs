@@ -6,9 +6,7 @@ use crate::forward::score_tensors;
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
-use crate::primitives::chunk_io::{
-    ChunkView, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
-};
+use crate::primitives::chunk_io::{chunk_view, copy_rows, fetch_pair, staged_pair, store_pair};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -122,70 +120,57 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         config.block_kv,
         config.score,
     );
-    if comptime!(config.buffers == 1) {
-        for kv_block in 0..range.end {
-            let kv_start = kv_block * config.block_kv;
-            load_kv_block::<F, N>(k, v, &k_view, &v_view, &mut tiles, kv_start, config);
-            sync_cube();
-            key_block::<F, M, N>(
-                mask,
-                bias,
-                &params,
-                &tensors,
-                &tiles,
-                &stats,
-                &range,
-                kv_block,
-                plane_kv_end,
-                0u32,
-                row,
-                plane_row,
-                lane,
-                &mut dq_acc,
-                config,
-            );
-            sync_cube();
-        }
-    } else {
-        // The next key/value block is fetched into registers while this one computes, then
-        // stored into the other buffer before the block's one sync.
-        let inner = comptime!(config.mma_inner_pair());
-        let mut staged = staged_pair::<F, N>(inner);
+    // One buffer: each block is loaded between two syncs. Two buffers: the next block is
+    // fetched into registers while this one computes, then stored into the other buffer
+    // before the block's one sync.
+    let inner = comptime!(config.mma_inner_pair());
+    let double = comptime!(config.buffers > 1);
+    let mut staged = staged_pair::<F, N>(inner);
+    if comptime!(double) {
         if range.end > 0 {
             fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, 0u32, inner);
             store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, inner);
         }
         sync_cube();
-        for kv_block in 0..range.end {
-            let next = kv_block + 1;
-            let has_next = next < range.end;
+    }
+    for kv_block in 0..range.end {
+        let next = kv_block + 1;
+        let has_next = next < range.end;
+        if comptime!(double) {
             if has_next {
                 let next_start = next * config.block_kv;
                 fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, next_start, inner);
             }
-            key_block::<F, M, N>(
-                mask,
-                bias,
-                &params,
-                &tensors,
-                &tiles,
-                &stats,
-                &range,
-                kv_block,
-                plane_kv_end,
-                buffer_row(kv_block, config),
-                row,
-                plane_row,
-                lane,
-                &mut dq_acc,
-                config,
-            );
+        } else {
+            let kv_start = kv_block * config.block_kv;
+            fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, kv_start, inner);
+            store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, inner);
+            sync_cube();
+        }
+        key_block::<F, M, N>(
+            mask,
+            bias,
+            &params,
+            &tensors,
+            &tiles,
+            &stats,
+            &range,
+            kv_block,
+            plane_kv_end,
+            buffer_row(kv_block, config),
+            row,
+            plane_row,
+            lane,
+            &mut dq_acc,
+            config,
+        );
+        if comptime!(double) {
             if has_next {
                 let tile_row = buffer_row(next, config);
                 store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, tile_row, inner);
             }
-            sync_cube();
         }
+        sync_cube();
     }
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
@@ -200,42 +185,6 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         params.seq_q,
         params.scale,
         config.head_dim,
-    );
-}
-
-/// Copies the key and value rows of the block starting at `kv_start` into the tiles (the
-/// caller synchronizes).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_kv_block<F: Float, N: Size>(
-    k: &Tensor<Vector<F, N>>,
-    v: &Tensor<Vector<F, N>>,
-    k_view: &ChunkView,
-    v_view: &ChunkView,
-    tiles: &mut PairTiles<F, N>,
-    kv_start: u32,
-    #[comptime] config: BackwardConfig,
-) {
-    let units = config.units;
-    copy_rows::<F, N>(
-        k,
-        k_view,
-        &mut tiles.k,
-        kv_start,
-        config.block_kv,
-        config.head_dim,
-        config.mma_head_stride(),
-        units,
-    );
-    copy_rows::<F, N>(
-        v,
-        v_view,
-        &mut tiles.v,
-        kv_start,
-        config.block_kv,
-        config.val_dim,
-        config.mma_val_stride(),
-        units,
     );
 }
 
