@@ -45,7 +45,7 @@ const MMA_MAX_DIM: u32 = 128;
 /// overrides them (a benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv`
 /// keys per block, `buffers` shared-memory copies of the key/value block. The defaults are the
 /// fastest of one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`,
-/// benches/RESULTS.md 2026-11-30 third session) at the issues' two bar shapes, among 16- and
+/// benches/RESULTS.md 2026-11-30 fourth session) at the issues' two bar shapes, among 16- and
 /// 32-row planes, 32 and 64 keys, 1 and 2 buffers, 4 to 16 planes:
 /// - head_dim <= 64, not causal, at (64,12,1024,64): 4 x 64 keys, 32-row planes, 2 buffers:
 ///   155.1 (4 x 64 x 32 x 1: 151.4; the previous 8 x 64 x 16 x 1: 119.8);

@@ -207,7 +207,7 @@ fn f32_sweep_mask_bias_softcap_scale() {
 /// The shapes of the decorator's conformance cases (`tests/conformance/semantics.rs`) with a
 /// u8 mask, the bool layout of CUDA (wgpu's is u32): on the H200 the conformance case
 /// `mask_with_fully_masked_row_q13_kv21` hit CUDA_ERROR_ILLEGAL_ADDRESS in its gradients
-/// (benches/RESULTS.md, 2026-11-30 third session); this pins the kernels' side of it.
+/// (benches/RESULTS.md, 2026-11-30 fourth session); this pins the kernels' side of it.
 #[test]
 fn f32_conformance_shapes_u8_mask_with_masked_rows() {
     let base = || Case::new(F32, 13, 21, 16).val_dim(8).heads(2, 3);

@@ -66,7 +66,7 @@ pub enum BackwardPath {
 /// inner block loaded between two cube syncs; 2: the next one fetched into registers while
 /// this one computes and stored into the other buffer, one sync per block). The defaults are
 /// the fastest of two H200 tuning calls (bf16, forward + backward TFLOP/s at the issues' bar
-/// shapes, benches/RESULTS.md 2026-11-30 third session; runs of one config differ by up to
+/// shapes, benches/RESULTS.md 2026-11-30 fourth session; runs of one config differ by up to
 /// ~7% between calls):
 /// - head_dim <= 64: 4 x 32, one buffer: 119.4 / 87.2 and 123.8 / 90.2 (non-causal / causal);
 ///   two buffers 119.5 / 79.7 and 118.7 / 85.1; 8 x 32 x 2: 108.5 / 79.1 and 113.1 / 82.9;
