@@ -216,6 +216,9 @@ fn gradients_match_autodiff_semantics() {
         let data = case.data(100 * index as u64 + 50);
         let (_, want) = case.reference(&data);
         let plain = gradients::<Train>(case, &data);
+        // Printed between the two paths: a device fault in one of them (reads return the first
+        // error) then shows which path was running.
+        println!("{}: Burn's autodiff gradients read", case.name);
         let got = gradients::<FlashTrain>(case, &data);
         let route = burn_flash_attn::last_route().expect("attention was routed");
         println!("{} gradients: {route}", case.name);
