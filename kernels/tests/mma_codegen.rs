@@ -7,6 +7,11 @@
 //! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
 mod common;
 
+use burn_flash_attn_kernels::backward::config::{
+    BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
+};
+use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
+use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
 use burn_flash_attn_kernels::heuristics::plan_forward;
@@ -16,7 +21,6 @@ use common::cuda_codegen::{cuda_source, dump, problem, settings};
 use cubecl::prelude::*;
 
 fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
-    let tensor = || TensorCompilationArg { inplace: None };
     cuda_source(
         FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
             settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
@@ -33,6 +37,10 @@ fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) ->
             config,
         ),
     )
+}
+
+fn tensor() -> TensorCompilationArg {
+    TensorCompilationArg { inplace: None }
 }
 
 fn params() -> ScoreParamsCompilationArg {
@@ -133,12 +141,6 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
 /// The backward mma kernels (dK/dV and dQ) for the configs `plan_backward` picks on an H200.
 #[test]
 fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
-    use burn_flash_attn_kernels::backward::config::{
-        BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
-    };
-    use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
-    use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
-
     let client = common::client();
     let props = common::h200(client.properties());
     let cases = [
@@ -152,7 +154,6 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             ..problem(FloatKind::BF16, 40, 80, 77, 90)
         },
     ];
-    let tensor = || TensorCompilationArg { inplace: None };
     // The planned blocks with one and two inner buffers (`BURN_FLASH_MMA_BWD=...,buffers`).
     let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
     let variants = cases
@@ -160,130 +161,110 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         .flat_map(|case| kernels.map(|kernel| (case, kernel)))
         .flat_map(|(case, kernel)| [1, 2].map(|buffers| (case, kernel, buffers)));
     for (case, kernel, buffers) in variants {
-        {
-            let plan = plan_backward(&props, &case, kernel).expect("planned");
-            assert_eq!(
-                plan.config.path,
-                BackwardPath::Mma,
-                "{case:?}: {}",
-                plan.reason
-            );
-            let config = BackwardConfig {
-                buffers,
-                ..plan.config
-            };
-            let outer = match kernel {
-                BackwardKernel::KeyValue => config.block_kv,
-                BackwardKernel::Query => config.block_q,
-            };
-            let settings = settings(CubeDim::new_2d(32, outer / 16));
-            let chunk = MMA_CHUNK as usize;
-            let (source, shared) = match (kernel, case.dtype) {
-                (BackwardKernel::KeyValue, FloatKind::BF16) => {
-                    cuda_source(DkdvMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
-                        settings,
-                        client.clone(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        params(),
-                        chunk,
-                        config,
-                    ))
-                }
-                (BackwardKernel::KeyValue, _) => {
-                    cuda_source(DkdvMmaKernel::<half::f16, u32, common::TestRuntime>::new(
-                        settings,
-                        client.clone(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        params(),
-                        chunk,
-                        config,
-                    ))
-                }
-                (BackwardKernel::Query, FloatKind::BF16) => {
-                    cuda_source(DqMmaKernel::<half::bf16, u32, common::TestRuntime>::new(
-                        settings,
-                        client.clone(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        params(),
-                        chunk,
-                        config,
-                    ))
-                }
-                (BackwardKernel::Query, _) => {
-                    cuda_source(DqMmaKernel::<half::f16, u32, common::TestRuntime>::new(
-                        settings,
-                        client.clone(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        tensor(),
-                        params(),
-                        chunk,
-                        config,
-                    ))
-                }
-            };
-            dump(
-                &format!(
-                    "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}.cu",
-                    case.dtype, case.head_dim, case.val_dim
-                ),
-                &source,
-            );
-            println!(
-                "{case:?} {kernel:?}, {buffers} buffer(s): {} ({} bytes of CUDA, {shared} bytes \
+        let plan = plan_backward(&props, &case, kernel).expect("planned");
+        assert_eq!(
+            plan.config.path,
+            BackwardPath::Mma,
+            "{case:?}: {}",
+            plan.reason
+        );
+        let config = BackwardConfig {
+            buffers,
+            ..plan.config
+        };
+        let outer = match kernel {
+            BackwardKernel::KeyValue => config.block_kv,
+            BackwardKernel::Query => config.block_q,
+        };
+        let settings = settings(CubeDim::new_2d(32, outer / 16));
+        let (source, shared) = match (kernel, case.dtype) {
+            (BackwardKernel::KeyValue, FloatKind::BF16) => {
+                dkdv_source::<half::bf16>(&client, settings, config)
+            }
+            (BackwardKernel::KeyValue, _) => dkdv_source::<half::f16>(&client, settings, config),
+            (BackwardKernel::Query, FloatKind::BF16) => {
+                dq_source::<half::bf16>(&client, settings, config)
+            }
+            (BackwardKernel::Query, _) => dq_source::<half::f16>(&client, settings, config),
+        };
+        dump(
+            &format!(
+                "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}.cu",
+                case.dtype, case.head_dim, case.val_dim
+            ),
+            &source,
+        );
+        println!(
+            "{case:?} {kernel:?}, {buffers} buffer(s): {} ({} bytes of CUDA, {shared} bytes \
                  of shared memory)",
-                plan.reason,
-                source.len()
-            );
-            assert!(
-                source.contains("mma.sync"),
-                "{case:?} {kernel:?}: no mma.sync"
-            );
-            assert!(
-                source.contains("ldmatrix"),
-                "{case:?} {kernel:?}: no ldmatrix"
-            );
-            assert!(
-                !source.contains("#error"),
-                "{case:?} {kernel:?}: #error in the source"
-            );
-            assert_eq!(
-                shared,
-                config.shared_memory_bytes(),
-                "{case:?} {kernel:?}: shared memory estimate"
-            );
-        }
+            plan.reason,
+            source.len()
+        );
+        assert!(
+            source.contains("mma.sync"),
+            "{case:?} {kernel:?}: no mma.sync"
+        );
+        assert!(
+            source.contains("ldmatrix"),
+            "{case:?} {kernel:?}: no ldmatrix"
+        );
+        assert!(
+            !source.contains("#error"),
+            "{case:?} {kernel:?}: #error in the source"
+        );
+        assert_eq!(
+            shared,
+            config.shared_memory_bytes(),
+            "{case:?} {kernel:?}: shared memory estimate"
+        );
     }
+}
+
+/// The CUDA source of the dK/dV mma kernel for `config` (u32 mask).
+fn dkdv_source<F: Float>(
+    client: &common::Client,
+    settings: KernelSettings,
+    config: BackwardConfig,
+) -> (String, usize) {
+    cuda_source(DkdvMmaKernel::<F, u32, common::TestRuntime>::new(
+        settings,
+        client.clone(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        params(),
+        MMA_CHUNK as usize,
+        config,
+    ))
+}
+
+/// The CUDA source of the dQ mma kernel for `config` (u32 mask).
+fn dq_source<F: Float>(
+    client: &common::Client,
+    settings: KernelSettings,
+    config: BackwardConfig,
+) -> (String, usize) {
+    cuda_source(DqMmaKernel::<F, u32, common::TestRuntime>::new(
+        settings,
+        client.clone(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        params(),
+        MMA_CHUNK as usize,
+        config,
+    ))
 }
