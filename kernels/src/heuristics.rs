@@ -13,6 +13,9 @@ use crate::primitives::dot::DotSum;
 use crate::primitives::mma::{LANES, TILE_M, TILE_N};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
+use mma_blocks::MmaBlocks;
+
+pub(crate) mod mma_blocks;
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
 /// columns, few enough that the per-row reductions through shared memory stay short.
@@ -41,46 +44,6 @@ const MMA_PLANE_SIZE: u32 = LANES;
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;
-/// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers]]`
-/// overrides them (a benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv`
-/// keys per block, `buffers` shared-memory copies of the key/value block. The defaults are the
-/// fastest of one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`,
-/// benches/RESULTS.md 2026-11-30 fourth session) at the issues' two bar shapes, among 16- and
-/// 32-row planes, 32 and 64 keys, 1 and 2 buffers, 4 to 16 planes:
-/// - head_dim <= 64, not causal, at (64,12,1024,64): 4 x 64 keys, 32-row planes, 2 buffers:
-///   155.1 (4 x 64 x 32 x 1: 151.4; the previous 8 x 64 x 16 x 1: 119.8);
-/// - head_dim <= 64, causal: 8 x 32 keys, 16-row planes, 2 buffers: 96.2 (the others 88.6 to
-///   95.2: causal is limited elsewhere);
-/// - head_dim <= 128, at (16,16,2048,128): 4 x 32 keys, 32-row planes, 2 buffers: 180.6, causal
-///   147.6 (8 x 64 x 16 x 1: 178.4 / 136.6; 32-row planes with 64 keys spill there).
-/// 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
-fn default_mma_blocks(head_dim: u32, causal: bool) -> MmaBlocks {
-    let blocks = |planes, block_kv, plane_rows, buffers| MmaBlocks {
-        planes,
-        block_kv,
-        plane_rows,
-        buffers,
-    };
-    match (head_dim <= MMA_SMALL_HEAD, causal) {
-        (true, false) => blocks(4, 64, 32, 2),
-        (true, true) => blocks(8, 32, 16, 2),
-        (false, _) => blocks(4, 32, 32, 2),
-    }
-}
-/// Head dims up to this take the small-head defaults.
-const MMA_SMALL_HEAD: u32 = 64;
-
-/// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32),
-/// `block_kv` key/value rows per block (the backward's inner block), and `buffers` (1 or 2)
-/// shared-memory copies of the streamed block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MmaBlocks {
-    pub planes: u32,
-    pub block_kv: u32,
-    pub plane_rows: u32,
-    pub buffers: u32,
-}
-
 /// The chosen configuration and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForwardPlan {
@@ -395,40 +358,6 @@ pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
         .all(|&d| d.is_multiple_of(MMA_CHUNK) && d.next_multiple_of(MATRIX_TILE) <= MMA_MAX_DIM)
 }
 
-/// A benchmarking override of an mma path's blocks: `VAR=planes,rows[,plane_rows[,buffers]]`
-/// with 1..=16 planes, rows a positive multiple of 16, plane_rows 16 (the default) or 32 and
-/// buffers 1 (the default) or 2 (anything else is ignored).
-pub(crate) fn mma_blocks_override(var: &str) -> Option<MmaBlocks> {
-    let value = std::env::var(var).ok()?;
-    let fields: Vec<u32> = value
-        .split(',')
-        .map(|field| field.trim().parse().ok())
-        .collect::<Option<_>>()?;
-    let (planes, block_kv, plane_rows, buffers) = match fields[..] {
-        [planes, block_kv] => (planes, block_kv, TILE_M, 1),
-        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows, 1),
-        [planes, block_kv, plane_rows, buffers] => (planes, block_kv, plane_rows, buffers),
-        _ => return None,
-    };
-    let valid = (1..=16).contains(&planes)
-        && block_kv >= TILE_M
-        && block_kv.is_multiple_of(TILE_M)
-        && (plane_rows == TILE_M || plane_rows == 2 * TILE_M)
-        && (buffers == 1 || buffers == 2);
-    valid.then_some(MmaBlocks {
-        planes,
-        block_kv,
-        plane_rows,
-        buffers,
-    })
-}
-
-/// The mma forward's blocks for the wider of head_dim and val_dim: `BURN_FLASH_MMA` or the
-/// measured defaults.
-fn mma_blocks(head_dim: u32, causal: bool) -> MmaBlocks {
-    mma_blocks_override("BURN_FLASH_MMA").unwrap_or_else(|| default_mma_blocks(head_dim, causal))
-}
-
 fn mma_config(
     props: &DeviceProperties,
     problem: &AttentionProblem,
@@ -445,7 +374,7 @@ fn mma_config(
         block_kv,
         plane_rows,
         buffers: kv_buffers,
-    } = mma_blocks(problem.head_dim.max(problem.val_dim) as u32, problem.causal);
+    } = mma_blocks::forward(problem.head_dim.max(problem.val_dim) as u32, problem.causal);
     let config = FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,

@@ -9,7 +9,8 @@ use cubecl::ir::DeviceProperties;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::heuristics::{MmaBlocks, has_register_mma, mma_blocks_override, mma_fits_registers};
+use crate::heuristics::mma_blocks::{self, MmaBlocks};
+use crate::heuristics::{has_register_mma, mma_fits_registers};
 use crate::primitives::chunk_io::PairShape;
 use crate::primitives::score::ScoreOptions;
 use crate::problem::AttentionProblem;
@@ -60,44 +61,6 @@ pub enum BackwardPath {
     Mma,
 }
 
-/// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers]]`
-/// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
-/// rows per plane), rows of the inner (streamed) block, and its shared-memory buffers (1: each
-/// inner block loaded between two cube syncs; 2: the next one fetched into registers while
-/// this one computes and stored into the other buffer, one sync per block). The defaults are
-/// the fastest of two H200 tuning calls (bf16, forward + backward TFLOP/s at the issues' bar
-/// shapes, benches/RESULTS.md 2026-11-30 fourth session; runs of one config differ by up to
-/// ~7% between calls):
-/// - head_dim <= 64: 4 x 32, one buffer: 119.4 / 87.2 and 123.8 / 90.2 (non-causal / causal);
-///   two buffers 119.5 / 79.7 and 118.7 / 85.1; 8 x 32 x 2: 108.5 / 79.1 and 113.1 / 82.9;
-/// - head_dim <= 128: 8 x 32, two buffers: 137.6 / 105.9 and 143.1 / 115.6; 4 x 32 x 1: 126.1 /
-///   105.4 and 130.9 / 112.9; 4 x 32 x 2: 135.4 / 110.9 and 138.5 / 113.3.
-///
-/// 64-row inner blocks were slower everywhere (4 x 64 x 2: 85.0 / 67.6 / 72.3 / 65.1).
-fn default_mma_blocks(head_dim: u32) -> MmaBlocks {
-    let planes_and_buffers = if head_dim <= MMA_SMALL_HEAD {
-        (4, 1)
-    } else {
-        (8, 2)
-    };
-    MmaBlocks {
-        planes: planes_and_buffers.0,
-        block_kv: 32,
-        plane_rows: MATRIX_TILE,
-        buffers: planes_and_buffers.1,
-    }
-}
-/// Head dims up to this take the small-head defaults.
-const MMA_SMALL_HEAD: u32 = 64;
-
-/// The mma backward's blocks for `head_dim`: `BURN_FLASH_MMA_BWD` (16-row planes only) or the
-/// measured defaults.
-fn mma_blocks(head_dim: u32) -> MmaBlocks {
-    mma_blocks_override("BURN_FLASH_MMA_BWD")
-        .filter(|blocks| blocks.plane_rows == MATRIX_TILE)
-        .unwrap_or_else(|| default_mma_blocks(head_dim))
-}
-
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct BackwardConfig {
     pub path: BackwardPath,
@@ -112,7 +75,8 @@ pub struct BackwardConfig {
     pub val_dim: u32,
     /// Units per cube (1D).
     pub units: u32,
-    /// Mma path: shared-memory buffers of the inner block (see [`MMA_BLOCKS`]); 1 elsewhere.
+    /// Mma path: shared-memory buffers of the inner block (see
+    /// [`crate::heuristics::mma_blocks::backward`]); 1 elsewhere.
     pub buffers: u32,
     pub score: ScoreOptions,
 }
@@ -311,7 +275,7 @@ pub fn plan_backward(
             block_kv: inner,
             buffers,
             ..
-        } = mma_blocks(problem.head_dim.max(problem.val_dim) as u32);
+        } = mma_blocks::backward(problem.head_dim.max(problem.val_dim) as u32);
         let outer = planes * MATRIX_TILE;
         let (block_q, block_kv) = match kernel {
             BackwardKernel::KeyValue => (inner, outer),
