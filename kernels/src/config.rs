@@ -1,7 +1,7 @@
 //! The ONE comptime configuration of the forward kernels. Everything the kernels size or
 //! branch on at compile time is here; [`crate::heuristics`] fills it from the problem and the
 //! device. Derived sizes are methods, so the kernels and the heuristics agree on them.
-use crate::primitives::chunk_io::PairShape;
+use crate::primitives::chunk_io::{PairShape, tile_stride};
 use crate::primitives::dot::DotSum;
 use crate::primitives::score::ScoreOptions;
 
@@ -119,12 +119,12 @@ impl FlashConfig {
     /// makes the row stride an odd multiple of 16 bytes, so the 8 rows of an `ldmatrix` phase
     /// fall in 8 different bank groups.
     pub fn mma_head_stride(&self) -> u32 {
-        self.head_dim_tile() / MMA_CHUNK + 1
+        tile_stride(self.head_dim)
     }
 
     /// Row length, in chunks, of the mma path's V tile (same padding).
     pub fn mma_val_stride(&self) -> u32 {
-        self.val_dim_tile() / MMA_CHUNK + 1
+        tile_stride(self.val_dim)
     }
 
     /// Mma path: the key/value block streamed through shared memory.

@@ -11,7 +11,7 @@ use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::heuristics::mma_blocks::{self, MmaBlocks};
 use crate::heuristics::{has_register_mma, mma_fits_registers};
-use crate::primitives::chunk_io::PairShape;
+use crate::primitives::chunk_io::{PairShape, tile_stride};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::AttentionProblem;
 
@@ -162,7 +162,7 @@ impl BackwardConfig {
     /// Row length, in 8-element chunks, of the mma path's Q and K tiles (one chunk of padding:
     /// see [`crate::primitives::mma`]).
     pub fn mma_head_stride(&self) -> u32 {
-        self.head_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
+        tile_stride(self.head_dim)
     }
 
     /// 16-column mma steps over head_dim (padded to the tile).
@@ -177,7 +177,7 @@ impl BackwardConfig {
 
     /// Row length, in chunks, of the mma path's dO and V tiles.
     pub fn mma_val_stride(&self) -> u32 {
-        self.val_dim.next_multiple_of(MATRIX_TILE) / MMA_CHUNK + 1
+        tile_stride(self.val_dim)
     }
 
     /// Mma path: rows of the inner block (dK/dV: query rows, dQ: key rows).

@@ -9,6 +9,17 @@ use super::mma::TILE_M;
 /// Elements of one 16-byte chunk of f16/bf16 (a global load, an `ldmatrix` row).
 const CHUNK: u32 = crate::config::MMA_CHUNK;
 
+/// Chunks of a tile row that holds `dim` elements: padded to the mma tile.
+pub const fn tile_chunks(dim: u32) -> u32 {
+    dim.next_multiple_of(TILE_M) / CHUNK
+}
+
+/// Row stride of a chunked tile, in chunks: one chunk of padding makes it an odd multiple of
+/// 16 bytes, so the 8 rows of an `ldmatrix` phase fall in 8 different bank groups.
+pub const fn tile_stride(dim: u32) -> u32 {
+    tile_chunks(dim) + 1
+}
+
 /// One (batch, head) of a chunked tensor: chunk `c` of row `r` is at
 /// `base + r * row_stride + c` (all in chunks).
 #[derive(CubeType, Clone, Copy)]
@@ -100,7 +111,7 @@ pub fn copy_rows<F: Float, N: Size>(
     #[comptime] stride: u32,
     #[comptime] units: u32,
 ) {
-    let tile_chunks = comptime!(dim.next_multiple_of(TILE_M) / CHUNK);
+    let tile_chunks = comptime!(tile_chunks(dim));
     let mut staged = staging::<F, N>(rows, tile_chunks, units);
     fetch_rows::<F, N>(
         tensor,
@@ -147,11 +158,11 @@ pub struct PairShape {
 
 impl PairShape {
     fn first_chunks(&self) -> u32 {
-        self.first_dim.next_multiple_of(TILE_M) / CHUNK
+        tile_chunks(self.first_dim)
     }
 
     fn second_chunks(&self) -> u32 {
-        self.second_dim.next_multiple_of(TILE_M) / CHUNK
+        tile_chunks(self.second_dim)
     }
 }
 
@@ -219,7 +230,7 @@ pub fn store_pair<F: Float, N: Size>(
         tile_row,
         shape.rows,
         comptime!(shape.first_chunks()),
-        comptime!(shape.first_chunks() + 1),
+        comptime!(tile_stride(shape.first_dim)),
         shape.units,
     );
     store_rows::<F, N>(
@@ -228,7 +239,7 @@ pub fn store_pair<F: Float, N: Size>(
         tile_row,
         shape.rows,
         comptime!(shape.second_chunks()),
-        comptime!(shape.second_chunks() + 1),
+        comptime!(tile_stride(shape.second_dim)),
         shape.units,
     );
 }
