@@ -202,11 +202,8 @@ impl BackwardConfig {
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
         if self.path == BackwardPath::Mma {
-            let (outer, inner) = match self.kernel {
-                BackwardKernel::KeyValue => (bkv, bq),
-                BackwardKernel::Query => (bq, bkv),
-            };
-            let rows = outer + self.buffers as usize * inner;
+            // The inner block's tiles hold `buffers` blocks.
+            let rows = bq + bkv + (self.buffers as usize - 1) * self.inner_rows() as usize;
             let chunks = rows * (self.mma_head_stride() + self.mma_val_stride()) as usize;
             let chunk_bytes = MMA_CHUNK as usize * 2;
             let row_stats = match self.kernel {

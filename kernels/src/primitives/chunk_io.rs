@@ -136,6 +136,17 @@ pub fn staging<F: Float, N: Size>(
     Array::<Vector<F, N>>::new(comptime!((rows * tile_chunks).div_ceil(units) as usize))
 }
 
+/// The first tile row of the buffer that holds streamed block `block`, for a tile of
+/// `buffers` blocks of `rows` rows one after the other (0 with one buffer).
+#[cube]
+pub fn buffer_row(block: u32, #[comptime] buffers: u32, #[comptime] rows: u32) -> u32 {
+    let mut row = 0u32;
+    if comptime!(buffers > 1) {
+        row = (block % buffers) * rows;
+    }
+    row
+}
+
 /// A chunked shared-memory tile of `rows` rows of `stride` chunks, 16-byte aligned.
 #[cube]
 pub fn chunk_tile<F: Float, N: Size>(

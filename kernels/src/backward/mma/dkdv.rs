@@ -4,7 +4,9 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
-use crate::primitives::chunk_io::{chunk_view, copy_rows, fetch_pair, staged_pair, store_pair};
+use crate::primitives::chunk_io::{
+    buffer_row, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
+};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -12,7 +14,7 @@ use crate::primitives::mma::{
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, buffer_row, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
@@ -124,7 +126,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     if comptime!(double) {
         if first_block < q_blocks {
             let q_start = first_block * config.block_q;
-            let tile_row = buffer_row(first_block, config);
+            let tile_row = buffer_row(first_block, config.buffers, inner.rows);
             fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
             let stats = fetch_stats(lse, delta, batch, head, q_start, config);
             store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
@@ -173,7 +175,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
             &delta_tile,
             q_start,
             kv_start,
-            buffer_row(q_block, config),
+            buffer_row(q_block, config.buffers, inner.rows),
             key_row,
             plane_row,
             lane,
@@ -183,7 +185,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
         );
         if comptime!(double) {
             if has_next {
-                let tile_row = buffer_row(next, config);
+                let tile_row = buffer_row(next, config.buffers, inner.rows);
                 store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
                 store_stats(
                     &mut lse_tile,

@@ -6,7 +6,9 @@ use crate::forward::score_tensors;
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
-use crate::primitives::chunk_io::{chunk_view, copy_rows, fetch_pair, staged_pair, store_pair};
+use crate::primitives::chunk_io::{
+    buffer_row, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
+};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -14,7 +16,7 @@ use crate::primitives::mma::{
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, buffer_row, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
@@ -157,7 +159,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
             &range,
             kv_block,
             plane_kv_end,
-            buffer_row(kv_block, config),
+            buffer_row(kv_block, config.buffers, inner.rows),
             row,
             plane_row,
             lane,
@@ -166,7 +168,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         );
         if comptime!(double) {
             if has_next {
-                let tile_row = buffer_row(next, config);
+                let tile_row = buffer_row(next, config.buffers, inner.rows);
                 store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, tile_row, inner);
             }
         }

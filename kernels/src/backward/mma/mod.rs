@@ -63,16 +63,6 @@ pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: BackwardConfig) 
     }
 }
 
-/// The first tile row of the buffer that holds inner block `block`.
-#[cube]
-pub(super) fn buffer_row(block: u32, #[comptime] config: BackwardConfig) -> u32 {
-    let mut row = 0u32;
-    if comptime!(config.buffers > 1) {
-        row = (block % config.buffers) * config.inner_rows();
-    }
-    row
-}
-
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
 /// delta; both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX).
 #[cube]

@@ -27,7 +27,8 @@ use crate::primitives::block_range::{
     KvBlockRange, kv_block_range, query_block_heaviest_first, rows_kv_end,
 };
 use crate::primitives::chunk_io::{
-    ChunkView, StagedPair, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
+    ChunkView, StagedPair, buffer_row, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair,
+    store_pair,
 };
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
@@ -256,7 +257,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     let row_tiles = comptime!(config.mma_row_tiles());
     let next = kv_block + 1;
     let has_next = next < range.end;
-    let kv_row = buffer_row(kv_block, config);
+    let kv_row = buffer_row(kv_block, config.kv_buffers, config.block_kv);
 
     // The next block's loads are issued now and land while this block computes.
     let kv_pair = comptime!(config.mma_kv_pair());
@@ -340,18 +341,8 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
             store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, 0u32, kv_pair);
         }
     } else if has_next {
-        let next_row = buffer_row(next, config);
+        let next_row = buffer_row(next, config.kv_buffers, config.block_kv);
         store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, next_row, kv_pair);
     }
     sync_cube();
-}
-
-/// The first tile row of the buffer that holds key/value block `kv_block`.
-#[cube]
-fn buffer_row(kv_block: u32, #[comptime] config: FlashConfig) -> u32 {
-    let mut row = 0u32;
-    if comptime!(config.kv_buffers > 1) {
-        row = (kv_block % config.kv_buffers) * config.block_kv;
-    }
-    row
 }
