@@ -38,6 +38,8 @@ pub const MMA_CHUNK: u32 = 8;
 /// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers
 /// (128 = 64 registers per lane; more spills next to the O accumulators).
 const MMA_Q_REGISTER_COLS: u32 = 128;
+/// Shared memory of the mbarrier that completes the `cp.async` copies (8 bytes, 16-aligned).
+pub(crate) const ASYNC_BARRIER_BYTES: usize = 16;
 /// Bytes of one f32 (softmax statistics, S, the portable tiles and the accumulators).
 const F32_BYTES: usize = 4;
 
@@ -65,6 +67,9 @@ pub struct FlashConfig {
     /// Mma path: shared-memory buffers of the key/value block (1: the next block is stored
     /// between two cube syncs; 2: into the other buffer, one sync per block). 1 elsewhere.
     pub kv_buffers: u32,
+    /// Mma path with two buffers: the next key/value block arrives by `cp.async` (see
+    /// `primitives::pair_stream`) instead of through registers. False elsewhere.
+    pub async_kv: bool,
     /// Portable path: how q·k is summed (f64 or compensated f32 for f32 outputs).
     pub dot: DotSum,
     pub score: ScoreOptions,
@@ -176,7 +181,8 @@ impl FlashConfig {
                     + self.kv_buffers as usize
                         * bkv
                         * (self.mma_head_stride() + self.mma_val_stride()) as usize;
-                chunks * MMA_CHUNK as usize * self.elem_bytes as usize
+                let barrier = if self.async_kv { ASYNC_BARRIER_BYTES } else { 0 };
+                chunks * MMA_CHUNK as usize * self.elem_bytes as usize + barrier
             }
         }
     }

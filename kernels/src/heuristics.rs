@@ -11,7 +11,6 @@ use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::primitives::dot::DotSum;
 use crate::primitives::mma::{LANES, TILE_M, TILE_N};
-use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 use mma_blocks::MmaBlocks;
 
@@ -126,14 +125,6 @@ fn precise_math(dtype: FloatKind) -> bool {
     dtype == FloatKind::F32
 }
 
-fn score_options(problem: &AttentionProblem) -> ScoreOptions {
-    ScoreOptions {
-        causal: problem.causal,
-        has_mask: problem.mask.is_some(),
-        has_bias: problem.has_bias,
-        has_softcap: problem.softcap.is_some(),
-    }
-}
 
 /// Checks that the device can hold the problem's element types at all.
 fn check_types(props: &DeviceProperties, problem: &AttentionProblem) -> Result<(), FlashError> {
@@ -228,13 +219,14 @@ pub fn plan_forward(
     };
     let blocks = match path {
         ForwardPath::Mma => format!(
-            "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s): the \
+            "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s){}: the \
              measured defaults (or BURN_FLASH_MMA), {} of {} bytes of shared memory",
             config.num_planes(),
             config.mma_row_tiles() * MATRIX_ROWS_PER_PLANE,
             config.block_q,
             config.block_kv,
             config.kv_buffers,
+            if config.async_kv { " filled by cp.async" } else { "" },
             config.shared_memory_bytes(),
             props.hardware.max_shared_memory_size
         ),
@@ -281,6 +273,7 @@ fn portable_config(
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
         kv_buffers: 1,
+        async_kv: false,
         dot: match (
             precise_math(problem.dtype),
             props.supports_type(ElemType::Float(IrFloatKind::F64)),
@@ -289,7 +282,7 @@ fn portable_config(
             (true, true) => DotSum::Wide,
             (true, false) => DotSum::Compensated,
         },
-        score: score_options(problem),
+        score: problem.score_options(),
     };
     let max_kv = useful_block(problem.seq_kv);
     for out_cols in PORTABLE_OUT_COLS_PER_UNIT {
@@ -339,8 +332,9 @@ fn matrix_config(
         elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
         kv_buffers: 1,
+        async_kv: false,
         dot: DotSum::Plain,
-        score: score_options(problem),
+        score: problem.score_options(),
     };
     for block_kv in MATRIX_BLOCK_KV {
         let config = FlashConfig { block_kv, ..base };
@@ -374,6 +368,7 @@ fn mma_config(
         block_kv,
         plane_rows,
         buffers: kv_buffers,
+        async_copy,
     } = mma_blocks::forward(problem.head_dim.max(problem.val_dim) as u32, problem.causal);
     let config = FlashConfig {
         path: ForwardPath::Mma,
@@ -386,8 +381,9 @@ fn mma_config(
         elem_bytes: problem.dtype.size() as u32,
         precise_math: false,
         kv_buffers,
+        async_kv: async_copy && kv_buffers == 2 && props.features.copy_async,
         dot: DotSum::Plain,
-        score: score_options(problem),
+        score: problem.score_options(),
     };
     if fits(props, &config) {
         Ok(config)

@@ -17,6 +17,7 @@
 //! ```
 //! When seq_q > seq_kv the first `seq_q - seq_kv` rows attend to nothing: their output is 0.
 use crate::error::FlashError;
+use crate::primitives::score::{ScoreOptions, folds_scale};
 
 /// Largest head_dim / val_dim the kernels accept (FlashAttention-2's limit).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -69,6 +70,17 @@ pub struct AttentionProblem {
 impl AttentionProblem {
     pub fn default_scale(head_dim: usize) -> f64 {
         1.0 / (head_dim as f64).sqrt()
+    }
+
+    /// What the logit transform of every kernel reads and applies (comptime in the configs).
+    pub fn score_options(&self) -> ScoreOptions {
+        ScoreOptions {
+            causal: self.causal,
+            has_mask: self.mask.is_some(),
+            has_bias: self.has_bias,
+            has_softcap: self.softcap.is_some(),
+            fold_scale: folds_scale(self.softcap.is_some(), self.has_bias, self.scale),
+        }
     }
 
     /// Number of (batch, head) pairs.

@@ -7,14 +7,14 @@
 mod backward_support;
 
 use backward_support::*;
-use burn_flash_attn_kernels::backward::config::{plan_backward, BackwardKernel};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, plan_backward};
 use burn_flash_attn_kernels::backward::{
-    flash_attention_backward, flash_attention_backward_dkdv, flash_attention_backward_dq,
-    flash_attention_backward_preprocess, GradientInputs,
+    GradientInputs, flash_attention_backward, flash_attention_backward_dkdv,
+    flash_attention_backward_dq, flash_attention_backward_preprocess,
 };
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 use burn_flash_attn_kernels::reference::{self, Precision};
-use burn_flash_attn_kernels::tolerance::{check, GRADIENT_FACTOR};
+use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
 
 /// Reruns of the determinism test.
 const RERUNS: usize = 20;
@@ -23,22 +23,63 @@ const RERUNS: usize = 20;
 
 #[test]
 fn preprocess_delta_f32_q203_vd96_strided_vs_f64() {
-    let case = Case::new(F32, 203, 17, 40).val_dim(96).heads(2, 3).transposed();
+    preprocess_delta(
+        &Case::new(F32, 203, 17, 40)
+            .val_dim(96)
+            .heads(2, 3)
+            .transposed(),
+    );
+}
+
+/// Contiguous rows: the kernel reads them in vectors (same summation order).
+#[test]
+fn preprocess_delta_f32_q203_vd96_contiguous_vs_f64() {
+    preprocess_delta(&Case::new(F32, 203, 17, 40).val_dim(96).heads(2, 3));
+}
+
+fn preprocess_delta(case: &Case) {
+    let case = case.clone();
     let client = client();
     let data = HostData::draw(&case, case.seed());
     let (o, lse) = forward_outputs(&case, &data);
     let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
     let p = case.problem();
-    let delta = upload(&client, &vec![f64::NAN; p.heads_total() * p.seq_q], &[p.batch, p.num_heads, p.seq_q], Layout::Contiguous, Role::Stats, |x| x as f32);
-    flash_attention_backward_preprocess::<TestRuntime, f32>(&client, &p, device.o.binding(), device.d_out.binding(), delta.binding()).unwrap();
+    let delta = upload(
+        &client,
+        &vec![f64::NAN; p.heads_total() * p.seq_q],
+        &[p.batch, p.num_heads, p.seq_q],
+        Layout::Contiguous,
+        Role::Stats,
+        |x| x as f32,
+    );
+    flash_attention_backward_preprocess::<TestRuntime, f32>(
+        &client,
+        &p,
+        device.o.binding(),
+        device.d_out.binding(),
+        delta.binding(),
+    )
+    .unwrap();
     let got = read_float(&client, F32, &delta);
     let dv = p.val_dim;
     let row_dot = |row: usize, round: fn(f64) -> f64| {
-        (0..dv).fold(0.0, |acc, c| round(acc + round(o[row * dv + c] * data.d_out[row * dv + c])))
+        (0..dv).fold(0.0, |acc, c| {
+            round(acc + round(o[row * dv + c] * data.d_out[row * dv + c]))
+        })
     };
     let oracle: Vec<f64> = (0..got.len()).map(|row| row_dot(row, |x| x)).collect();
-    let plain: Vec<f64> = (0..got.len()).map(|row| row_dot(row, |x| x as f32 as f64)).collect();
-    check(&case.name(), &got, &plain, &oracle, GRADIENT_FACTOR, Precision::F32).unwrap();
+    let plain: Vec<f64> = (0..got.len())
+        .map(|row| row_dot(row, |x| x as f32 as f64))
+        .collect();
+    check(
+        &case.name(),
+        &got,
+        &plain,
+        &oracle,
+        GRADIENT_FACTOR,
+        Precision::F32,
+    )
+    .unwrap();
 }
 
 /// Runs dK/dV or dQ alone, given the oracle's lse and delta rounded to f32.
@@ -52,7 +93,14 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let oracle = reference::backward(&p, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&p, &data.inputs(), &data.d_out, precision(case.dtype));
-    let delta = upload(&client, &oracle.delta, &[p.batch, p.num_heads, p.seq_q], Layout::Contiguous, Role::Stats, |x| x as f32);
+    let delta = upload(
+        &client,
+        &oracle.delta,
+        &[p.batch, p.num_heads, p.seq_q],
+        Layout::Contiguous,
+        Role::Stats,
+        |x| x as f32,
+    );
     let inputs = GradientInputs {
         q: device.q.binding(),
         k: device.k.binding(),
@@ -63,11 +111,18 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         mask: device.mask.as_ref().map(DeviceTensor::binding),
         bias: device.bias.as_ref().map(DeviceTensor::binding),
     };
-    let config = plan_backward(client.properties(), &p, kernel).unwrap().config;
+    let config = plan_backward(client.properties(), &p, kernel)
+        .unwrap()
+        .config;
     match kernel {
         BackwardKernel::KeyValue => {
             flash_attention_backward_dkdv::<TestRuntime, f32, u32>(
-                &client, &p, inputs, device.dk.binding(), device.dv.binding(), config,
+                &client,
+                &p,
+                inputs,
+                device.dk.binding(),
+                device.dv.binding(),
+                config,
             );
             let dk = read_float(&client, F32, &device.dk);
             let dv = read_float(&client, F32, &device.dv);
@@ -75,7 +130,13 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
             check_gradient(case, "dv", &dv, &plain.dv, &oracle.dv).unwrap();
         }
         BackwardKernel::Query => {
-            flash_attention_backward_dq::<TestRuntime, f32, u32>(&client, &p, inputs, device.dq.binding(), config);
+            flash_attention_backward_dq::<TestRuntime, f32, u32>(
+                &client,
+                &p,
+                inputs,
+                device.dq.binding(),
+                config,
+            );
             let dq = read_float(&client, F32, &device.dq);
             check_gradient(case, "dq", &dq, &plain.dq, &oracle.dq).unwrap();
         }
@@ -84,23 +145,37 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
 
 #[test]
 fn dkdv_alone_f32_causal_q113_kv203_hd64() {
-    single_kernel(&Case::new(F32, 113, 203, 64).causal(), BackwardKernel::KeyValue);
+    single_kernel(
+        &Case::new(F32, 113, 203, 64).causal(),
+        BackwardKernel::KeyValue,
+    );
 }
 
 #[test]
 fn dkdv_alone_f32_mask_bias_softcap_q77_kv50_hd33_vd20() {
-    let case = Case::new(F32, 77, 50, 33).val_dim(20).mask(MaskPattern::RandomWithMaskedRows).bias().softcap(5.0);
+    let case = Case::new(F32, 77, 50, 33)
+        .val_dim(20)
+        .mask(MaskPattern::RandomWithMaskedRows)
+        .bias()
+        .softcap(5.0);
     single_kernel(&case, BackwardKernel::KeyValue);
 }
 
 #[test]
 fn dq_alone_f32_causal_q203_kv113_hd64() {
-    single_kernel(&Case::new(F32, 203, 113, 64).causal(), BackwardKernel::Query);
+    single_kernel(
+        &Case::new(F32, 203, 113, 64).causal(),
+        BackwardKernel::Query,
+    );
 }
 
 #[test]
 fn dq_alone_f32_mask_bias_softcap_q77_kv50_hd33_vd20() {
-    let case = Case::new(F32, 77, 50, 33).val_dim(20).mask(MaskPattern::RandomWithMaskedRows).bias().softcap(5.0);
+    let case = Case::new(F32, 77, 50, 33)
+        .val_dim(20)
+        .mask(MaskPattern::RandomWithMaskedRows)
+        .bias()
+        .softcap(5.0);
     single_kernel(&case, BackwardKernel::Query);
 }
 
@@ -138,34 +213,71 @@ fn f32_hd128_q128_kv217_causal() {
 
 #[test]
 fn f32_hd256_vd256_q65_kv70() {
-    run_cases(&[Case::new(F32, 65, 70, 256).causal(), Case::new(F32, 65, 70, 256)]);
+    run_cases(&[
+        Case::new(F32, 65, 70, 256).causal(),
+        Case::new(F32, 65, 70, 256),
+    ]);
 }
 
 #[test]
 fn f32_fully_masked_rows_give_zero_gradients() {
     run_cases(&[
         Case::new(F32, 37, 29, 16).mask(MaskPattern::RandomWithMaskedRows),
-        Case::new(F32, 37, 29, 16).mask(MaskPattern::RandomWithMaskedRows).causal().bias(),
+        Case::new(F32, 37, 29, 16)
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .causal()
+            .bias(),
         Case::new(F32, 40, 8, 16).causal().bias().softcap(3.0),
     ]);
 }
 
 #[test]
 fn f32_sweep_lengths_1_to_203_causal_both_directions() {
-    let lengths = [(1, 7), (7, 1), (2, 3), (17, 17), (31, 65), (65, 31), (64, 64), (113, 203), (203, 113), (100, 1)];
+    let lengths = [
+        (1, 7),
+        (7, 1),
+        (2, 3),
+        (17, 17),
+        (31, 65),
+        (65, 31),
+        (64, 64),
+        (113, 203),
+        (203, 113),
+        (100, 1),
+    ];
     let cases: Vec<Case> = lengths
         .iter()
-        .flat_map(|&(sq, skv)| [Case::new(F32, sq, skv, 32), Case::new(F32, sq, skv, 32).causal()])
+        .flat_map(|&(sq, skv)| {
+            [
+                Case::new(F32, sq, skv, 32),
+                Case::new(F32, sq, skv, 32).causal(),
+            ]
+        })
         .collect();
     run_cases(&cases);
 }
 
 #[test]
 fn f32_sweep_tails_around_block_edges_plain_and_causal_bias() {
-    let lengths = [(7, 9), (8, 8), (9, 7), (31, 33), (33, 31), (63, 65), (65, 63), (127, 129), (129, 127)];
+    let lengths = [
+        (7, 9),
+        (8, 8),
+        (9, 7),
+        (31, 33),
+        (33, 31),
+        (63, 65),
+        (65, 63),
+        (127, 129),
+        (129, 127),
+    ];
     let cases: Vec<Case> = lengths
         .iter()
-        .flat_map(|&(sq, skv)| [Case::new(F32, sq, skv, 16), Case::new(F32, sq, skv, 16).causal().bias()])
+        .flat_map(|&(sq, skv)| {
+            [
+                Case::new(F32, sq, skv, 16),
+                Case::new(F32, sq, skv, 16).causal().bias(),
+            ]
+        })
         .collect();
     run_cases(&cases);
 }
@@ -173,13 +285,29 @@ fn f32_sweep_tails_around_block_edges_plain_and_causal_bias() {
 #[test]
 fn f16_sweep_head_dims_causal() {
     let dims = [(16, 16), (33, 17), (64, 128), (100, 100), (200, 56)];
-    let cases: Vec<Case> = dims.iter().map(|&(hd, vd)| Case::new(F16, 50, 61, hd).val_dim(vd).causal()).collect();
+    let cases: Vec<Case> = dims
+        .iter()
+        .map(|&(hd, vd)| Case::new(F16, 50, 61, hd).val_dim(vd).causal())
+        .collect();
     run_cases(&cases);
 }
 
 #[test]
 fn f32_sweep_head_dims_1_to_256_and_val_dim_differs() {
-    let dims = [(1, 1), (3, 5), (8, 16), (31, 17), (40, 40), (63, 64), (80, 80), (96, 48), (127, 130), (160, 200), (256, 256), (256, 7)];
+    let dims = [
+        (1, 1),
+        (3, 5),
+        (8, 16),
+        (31, 17),
+        (40, 40),
+        (63, 64),
+        (80, 80),
+        (96, 48),
+        (127, 130),
+        (160, 200),
+        (256, 256),
+        (256, 7),
+    ];
     let cases: Vec<Case> = dims
         .iter()
         .map(|&(hd, vd)| Case::new(F32, 41, 37, hd).val_dim(vd).causal())
@@ -199,7 +327,12 @@ fn f32_sweep_mask_bias_softcap_scale() {
         base().softcap(30.0).causal(),
         base().scale(0.5),
         base().scale(-0.3).causal(),
-        base().mask(MaskPattern::RandomWithMaskedRows).bias().softcap(4.0).scale(0.8).causal(),
+        base()
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias()
+            .softcap(4.0)
+            .scale(0.8)
+            .causal(),
         base().mask_u8(MaskPattern::Random),
     ]);
 }
@@ -213,7 +346,12 @@ fn f32_conformance_shapes_u8_mask_with_masked_rows() {
     let base = || Case::new(F32, 13, 21, 16).val_dim(8).heads(2, 3);
     run_cases(&[
         base().mask_u8(MaskPattern::RandomWithMaskedRows),
-        base().mask_u8(MaskPattern::RandomWithMaskedRows).bias().softcap(2.5).scale(0.7).causal(),
+        base()
+            .mask_u8(MaskPattern::RandomWithMaskedRows)
+            .bias()
+            .softcap(2.5)
+            .scale(0.7)
+            .causal(),
         base().mask(MaskPattern::RandomWithMaskedRows),
     ]);
 }
@@ -222,9 +360,21 @@ fn f32_conformance_shapes_u8_mask_with_masked_rows() {
 fn f32_sweep_strided_inputs_and_outputs() {
     run_cases(&[
         Case::new(F32, 33, 47, 32).heads(2, 3).transposed(),
-        Case::new(F32, 47, 33, 20).val_dim(12).heads(1, 2).transposed().causal(),
-        Case::new(F32, 29, 31, 16).heads(2, 1).transposed().mask(MaskPattern::RandomWithMaskedRows).bias(),
-        Case::new(F32, 64, 64, 64).heads(2, 2).transposed().causal().softcap(10.0),
+        Case::new(F32, 47, 33, 20)
+            .val_dim(12)
+            .heads(1, 2)
+            .transposed()
+            .causal(),
+        Case::new(F32, 29, 31, 16)
+            .heads(2, 1)
+            .transposed()
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias(),
+        Case::new(F32, 64, 64, 64)
+            .heads(2, 2)
+            .transposed()
+            .causal()
+            .softcap(10.0),
     ]);
 }
 
@@ -232,7 +382,12 @@ fn f32_sweep_strided_inputs_and_outputs() {
 fn f32_sweep_batch_and_heads() {
     let cases: Vec<Case> = [(1, 4), (3, 1), (2, 5), (4, 4)]
         .iter()
-        .flat_map(|&(b, h)| [Case::new(F32, 19, 23, 16).heads(b, h), Case::new(F32, 23, 19, 16).heads(b, h).causal()])
+        .flat_map(|&(b, h)| {
+            [
+                Case::new(F32, 19, 23, 16).heads(b, h),
+                Case::new(F32, 23, 19, 16).heads(b, h).causal(),
+            ]
+        })
         .collect();
     run_cases(&cases);
 }
@@ -254,8 +409,13 @@ fn half_cases(dtype: burn_flash_attn_kernels::problem::FloatKind) -> Vec<Case> {
         Case::new(dtype, 203, 113, 64).causal(),
         Case::new(dtype, 128, 217, 128),
         Case::new(dtype, 65, 33, 80).val_dim(40).causal(),
-        Case::new(dtype, 37, 29, 31).mask(MaskPattern::RandomWithMaskedRows).bias(),
-        Case::new(dtype, 45, 58, 24).softcap(5.0).scale(0.7).causal(),
+        Case::new(dtype, 37, 29, 31)
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias(),
+        Case::new(dtype, 45, 58, 24)
+            .softcap(5.0)
+            .scale(0.7)
+            .causal(),
         Case::new(dtype, 33, 47, 32).heads(2, 3).transposed(),
         Case::new(dtype, 40, 40, 256),
         Case::new(dtype, 1024, 1023, 64).causal(),
@@ -267,8 +427,15 @@ fn half_cases(dtype: burn_flash_attn_kernels::problem::FloatKind) -> Vec<Case> {
 #[test]
 fn half_sweep_mma_shapes_and_options() {
     run_cases(&[
-        Case::new(BF16, 203, 113, 96).mask(MaskPattern::RandomWithMaskedRows).bias().softcap(3.0).causal(),
-        Case::new(F16, 113, 203, 64).heads(2, 2).mask_u8(MaskPattern::Random).bias(),
+        Case::new(BF16, 203, 113, 96)
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias()
+            .softcap(3.0)
+            .causal(),
+        Case::new(F16, 113, 203, 64)
+            .heads(2, 2)
+            .mask_u8(MaskPattern::Random)
+            .bias(),
         Case::new(BF16, 77, 90, 40).val_dim(80),
         Case::new(F16, 1, 1, 8).val_dim(24),
         Case::new(BF16, 256, 256, 128).causal(),
@@ -281,12 +448,23 @@ fn half_sweep_mma_shapes_and_options() {
 
 #[test]
 fn bf16_causal_mask_reruns_are_bit_identical() {
-    assert_reruns_bit_identical(&Case::new(BF16, 113, 203, 64).heads(1, 2).causal().mask(MaskPattern::Random));
+    assert_reruns_bit_identical(
+        &Case::new(BF16, 113, 203, 64)
+            .heads(1, 2)
+            .causal()
+            .mask(MaskPattern::Random),
+    );
 }
 
 #[test]
 fn f32_causal_mask_bias_reruns_are_bit_identical() {
-    assert_reruns_bit_identical(&Case::new(F32, 113, 203, 48).heads(1, 2).causal().mask(MaskPattern::Random).bias());
+    assert_reruns_bit_identical(
+        &Case::new(F32, 113, 203, 48)
+            .heads(1, 2)
+            .causal()
+            .mask(MaskPattern::Random)
+            .bias(),
+    );
 }
 
 /// Runs the whole backward RERUNS times on the same inputs: dq, dk and dv must be the same
@@ -305,7 +483,11 @@ fn assert_reruns_bit_identical(case: &Case) {
         let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
         match &first {
             None => first = Some(bytes),
-            Some(first) => assert!(first == &bytes, "{}: run {run} differs from run 0", case.name()),
+            Some(first) => assert!(
+                first == &bytes,
+                "{}: run {run} differs from run 0",
+                case.name()
+            ),
         }
     }
 }

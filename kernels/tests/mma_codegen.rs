@@ -15,14 +15,26 @@ use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
 use burn_flash_attn_kernels::heuristics::plan_forward;
+use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use common::cuda_codegen::{cuda_source, dump, problem, settings};
 use cubecl::prelude::*;
 
 fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+    if config.async_kv {
+        mma_source_with::<F, M, AsyncCopy>(client, config)
+    } else {
+        mma_source_with::<F, M, Staged>(client, config)
+    }
+}
+
+fn mma_source_with<F: Float, M: Int, S: PairStream>(
+    client: &common::Client,
+    config: FlashConfig,
+) -> (String, usize) {
     cuda_source(
-        FlashAttentionForwardMmaKernel::<F, M, common::TestRuntime>::new(
+        FlashAttentionForwardMmaKernel::<F, M, S, common::TestRuntime>::new(
             settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
             client.clone(),
             tensor(),
@@ -83,8 +95,9 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         [plan.config, other]
             .into_iter()
             .flat_map(move |config| {
-                [1, 2].map(|kv_buffers| FlashConfig {
+                [(1, false), (2, false), (2, true)].map(|(kv_buffers, async_kv)| FlashConfig {
                     kv_buffers,
+                    async_kv,
                     ..config
                 })
             })
@@ -102,8 +115,12 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         let rows = config.mma_row_tiles() * 16;
         dump(
             &format!(
-                "mma_{:?}_hd{}_dv{}_rows{rows}_buf{}.cu",
-                case.dtype, case.head_dim, case.val_dim, config.kv_buffers
+                "mma_{:?}_hd{}_dv{}_rows{rows}_buf{}{}.cu",
+                case.dtype,
+                case.head_dim,
+                case.val_dim,
+                config.kv_buffers,
+                if config.async_kv { "_async" } else { "" }
             ),
             &source,
         );
@@ -124,6 +141,11 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         assert!(
             source.contains("__expf"),
             "{case:?}: no fast exp in the source"
+        );
+        assert_eq!(
+            source.contains("cp.async") && source.contains("mbarrier"),
+            config.async_kv,
+            "{case:?}: cp.async copies completed by an mbarrier exactly when async_kv"
         );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
@@ -154,13 +176,17 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             ..problem(FloatKind::BF16, 40, 80, 77, 90)
         },
     ];
-    // The planned blocks with one and two inner buffers (`BURN_FLASH_MMA_BWD=...,buffers`).
+    // The planned blocks with one and two inner buffers, through registers and by cp.async
+    // (`BURN_FLASH_MMA_BWD=...,buffers,async`).
     let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
     let variants = cases
         .into_iter()
         .flat_map(|case| kernels.map(|kernel| (case, kernel)))
-        .flat_map(|(case, kernel)| [1, 2].map(|buffers| (case, kernel, buffers)));
-    for (case, kernel, buffers) in variants {
+        .flat_map(|(case, kernel)| {
+            [(1, false), (2, false), (1, true), (2, true)]
+                .map(|(buffers, async_inner)| (case, kernel, buffers, async_inner))
+        });
+    for (case, kernel, buffers, async_inner) in variants {
         let plan = plan_backward(&props, &case, kernel).expect("planned");
         assert_eq!(
             plan.config.path,
@@ -170,6 +196,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         );
         let config = BackwardConfig {
             buffers,
+            async_inner,
             ..plan.config
         };
         let outer = match kernel {
@@ -189,8 +216,11 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         };
         dump(
             &format!(
-                "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}.cu",
-                case.dtype, case.head_dim, case.val_dim
+                "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}{}.cu",
+                case.dtype,
+                case.head_dim,
+                case.val_dim,
+                if async_inner { "_async" } else { "" }
             ),
             &source,
         );
@@ -208,14 +238,21 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             source.contains("ldmatrix"),
             "{case:?} {kernel:?}: no ldmatrix"
         );
+        assert_eq!(
+            source.contains("cp.async") && source.contains("mbarrier"),
+            async_inner,
+            "{case:?} {kernel:?}: cp.async copies completed by an mbarrier exactly when async"
+        );
         assert!(
             !source.contains("#error"),
             "{case:?} {kernel:?}: #error in the source"
         );
-        assert_eq!(
-            shared,
-            config.shared_memory_bytes(),
-            "{case:?} {kernel:?}: shared memory estimate"
+        // The mbarrier's 8 bytes may land in alignment padding: the estimate reserves 16.
+        let slack = if async_inner { 8 } else { 0 };
+        let estimate = config.shared_memory_bytes();
+        assert!(
+            shared <= estimate && estimate - shared <= slack,
+            "{case:?} {kernel:?}: shared memory {shared}, estimate {estimate}"
         );
     }
 }
@@ -226,7 +263,19 @@ fn dkdv_source<F: Float>(
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
-    cuda_source(DkdvMmaKernel::<F, u32, common::TestRuntime>::new(
+    if config.async_inner {
+        dkdv_source_with::<F, AsyncCopy>(client, settings, config)
+    } else {
+        dkdv_source_with::<F, Staged>(client, settings, config)
+    }
+}
+
+fn dkdv_source_with<F: Float, S: PairStream>(
+    client: &common::Client,
+    settings: KernelSettings,
+    config: BackwardConfig,
+) -> (String, usize) {
+    cuda_source(DkdvMmaKernel::<F, u32, S, common::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),
@@ -251,7 +300,19 @@ fn dq_source<F: Float>(
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
-    cuda_source(DqMmaKernel::<F, u32, common::TestRuntime>::new(
+    if config.async_inner {
+        dq_source_with::<F, AsyncCopy>(client, settings, config)
+    } else {
+        dq_source_with::<F, Staged>(client, settings, config)
+    }
+}
+
+fn dq_source_with<F: Float, S: PairStream>(
+    client: &common::Client,
+    settings: KernelSettings,
+    config: BackwardConfig,
+) -> (String, usize) {
+    cuda_source(DqMmaKernel::<F, u32, S, common::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),

@@ -7,7 +7,7 @@
 //! in shared memory as f32; the accumulators live in registers.
 use cubecl::ir::DeviceProperties;
 
-use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::config::{ASYNC_BARRIER_BYTES, MATRIX_TILE, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::heuristics::mma_blocks::{self, MmaBlocks};
 use crate::heuristics::{has_register_mma, mma_fits_registers};
@@ -78,6 +78,9 @@ pub struct BackwardConfig {
     /// Mma path: shared-memory buffers of the inner block (see
     /// [`crate::heuristics::mma_blocks::backward`]); 1 elsewhere.
     pub buffers: u32,
+    /// Mma path: the inner block arrives by `cp.async` (see `primitives::pair_stream`)
+    /// instead of through registers. False elsewhere.
+    pub async_inner: bool,
     pub score: ScoreOptions,
 }
 
@@ -210,7 +213,8 @@ impl BackwardConfig {
                 BackwardKernel::KeyValue => 2 * self.buffers as usize * bq * F32_BYTES,
                 BackwardKernel::Query => 0,
             };
-            return chunks * chunk_bytes + row_stats;
+            let barrier = if self.async_inner { ASYNC_BARRIER_BYTES } else { 0 };
+            return chunks * chunk_bytes + row_stats + barrier;
         }
         let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
         let ds = bq * self.score_tile_cols() as usize;
@@ -237,15 +241,6 @@ pub struct BackwardPlan {
     pub reason: String,
 }
 
-/// The score options of a problem (what the logit transform reads and applies).
-pub fn score_options(problem: &AttentionProblem) -> ScoreOptions {
-    ScoreOptions {
-        causal: problem.causal,
-        has_mask: problem.mask.is_some(),
-        has_bias: problem.has_bias,
-        has_softcap: problem.softcap.is_some(),
-    }
-}
 
 /// Smallest block the planner starts from, however short the sequence: blocks of 1-4 rows
 /// leave most of a 128-unit cube idle and, at head_dim 128, spilled scalar registers on gfx942
@@ -271,6 +266,7 @@ pub fn plan_backward(
             planes,
             block_kv: inner,
             buffers,
+            async_copy,
             ..
         } = mma_blocks::backward(problem.head_dim.max(problem.val_dim) as u32);
         let outer = planes * MATRIX_TILE;
@@ -287,13 +283,15 @@ pub fn plan_backward(
             val_dim: problem.val_dim as u32,
             units: planes * crate::primitives::mma::LANES,
             buffers,
-            score: score_options(problem),
+            async_inner: async_copy && props.features.copy_async,
+            score: problem.score_options(),
         };
         if config.fits(props) {
             let reason = format!(
                 "{kernel:?} kernel, mma path (16x8x16 {:?} register mma): block_q = {block_q}, \
-                 block_kv = {block_kv}, {buffers} inner buffer(s), {} bytes of shared memory",
+                 block_kv = {block_kv}, {buffers} inner buffer(s){}, {} bytes of shared memory",
                 problem.dtype,
+                if config.async_inner { " filled by cp.async" } else { "" },
                 config.shared_memory_bytes()
             );
             return Ok(BackwardPlan { config, reason });
@@ -335,7 +333,8 @@ pub fn plan_backward_portable(
                 val_dim: problem.val_dim as u32,
                 units,
                 buffers: 1,
-                score: score_options(problem),
+                async_inner: false,
+                score: problem.score_options(),
             };
             if config.fits(props) {
                 let reason = format!(

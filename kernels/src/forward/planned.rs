@@ -2,7 +2,6 @@
 //! `tests/wave64.rs` runs, on the test device, what an MI300X would run (wave64, 64 KiB of LDS).
 use cubecl::prelude::*;
 
-use crate::backward::config::score_options;
 use crate::config::ForwardPath;
 use crate::error::FlashError;
 use crate::heuristics::ForwardPlan;
@@ -35,7 +34,7 @@ pub fn flash_attention_forward_planned<R: Runtime>(
     let for_problem = config.head_dim as usize == problem.head_dim
         && config.val_dim as usize == problem.val_dim
         && config.elem_bytes as usize == problem.dtype.size()
-        && config.score == score_options(problem);
+        && config.score == problem.score_options();
     if !for_problem {
         return Err(FlashError::Device(format!(
             "the plan {config:?} is not for {problem:?}"

@@ -3,14 +3,16 @@
 use crate::primitives::mma::TILE_M;
 
 /// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32),
-/// `block_kv` key/value rows per block (the backward's inner block), and `buffers` (1 or 2)
-/// shared-memory copies of the streamed block.
+/// `block_kv` key/value rows per block (the backward's inner block), `buffers` (1 or 2)
+/// shared-memory copies of the streamed block, and whether it streams by `cp.async` (two
+/// buffers, devices with `copy_async`; the forward only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MmaBlocks {
     pub planes: u32,
     pub block_kv: u32,
     pub plane_rows: u32,
     pub buffers: u32,
+    pub async_copy: bool,
 }
 
 const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> MmaBlocks {
@@ -19,6 +21,7 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
         block_kv,
         plane_rows,
         buffers,
+        async_copy: false,
     }
 }
 
@@ -26,9 +29,10 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
 /// both passes.
 const SMALL_HEAD: u32 = 64;
 
-/// The mma forward's blocks, unless `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers]]`
-/// overrides them (a benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv`
-/// keys per block, `buffers` shared-memory copies of the key/value block. The defaults are the
+/// The mma forward's blocks, unless
+/// `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers[,async]]]` overrides them (a
+/// benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv` keys per block,
+/// `buffers` shared-memory copies of the key/value block, `async` 1 to stream it by `cp.async`. The defaults are the
 /// fastest of one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`,
 /// benches/RESULTS.md 2026-11-30 fourth session) at the issues' two bar shapes, among 16- and
 /// 32-row planes, 32 and 64 keys, 1 and 2 buffers, 4 to 16 planes:
@@ -47,7 +51,7 @@ pub(crate) fn forward(head_dim: u32, causal: bool) -> MmaBlocks {
     })
 }
 
-/// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers]]`
+/// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers[,async]]]`
 /// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
 /// rows per plane), rows of the inner (streamed) block, and its shared-memory buffers (1: each
 /// inner block loaded between two cube syncs; 2: the next one fetched into registers while
@@ -72,25 +76,34 @@ pub(crate) fn backward(head_dim: u32) -> MmaBlocks {
         })
 }
 
-/// A benchmarking override of an mma path's blocks: `VAR=planes,rows[,plane_rows[,buffers]]`
-/// with 1..=16 planes, rows a positive multiple of 16, plane_rows 16 (the default) or 32 and
-/// buffers 1 (the default) or 2 (anything else is ignored).
+/// A benchmarking override of an mma path's blocks:
+/// `VAR=planes,rows[,plane_rows[,buffers[,async]]]` with 1..=16 planes, rows a positive
+/// multiple of 16, plane_rows 16 (the default) or 32, buffers 1 (the default) or 2, async 0
+/// (the default) or 1 (anything else is ignored; the forward streams by cp.async with two
+/// buffers only).
 fn from_env(var: &str) -> Option<MmaBlocks> {
     let value = std::env::var(var).ok()?;
     let fields: Vec<u32> = value
         .split(',')
         .map(|field| field.trim().parse().ok())
         .collect::<Option<_>>()?;
-    let (planes, block_kv, plane_rows, buffers) = match fields[..] {
-        [planes, block_kv] => (planes, block_kv, TILE_M, 1),
-        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows, 1),
-        [planes, block_kv, plane_rows, buffers] => (planes, block_kv, plane_rows, buffers),
+    let (planes, block_kv, plane_rows, buffers, async_copy) = match fields[..] {
+        [planes, block_kv] => (planes, block_kv, TILE_M, 1, 0),
+        [planes, block_kv, plane_rows] => (planes, block_kv, plane_rows, 1, 0),
+        [planes, block_kv, plane_rows, buffers] => (planes, block_kv, plane_rows, buffers, 0),
+        [planes, block_kv, plane_rows, buffers, async_copy] => {
+            (planes, block_kv, plane_rows, buffers, async_copy)
+        }
         _ => return None,
     };
     let valid = (1..=16).contains(&planes)
         && block_kv >= TILE_M
         && block_kv.is_multiple_of(TILE_M)
         && (plane_rows == TILE_M || plane_rows == 2 * TILE_M)
-        && (buffers == 1 || buffers == 2);
-    valid.then_some(blocks(planes, block_kv, plane_rows, buffers))
+        && (buffers == 1 || buffers == 2)
+        && (async_copy == 0 || async_copy == 1);
+    valid.then_some(MmaBlocks {
+        async_copy: async_copy == 1,
+        ..blocks(planes, block_kv, plane_rows, buffers)
+    })
 }

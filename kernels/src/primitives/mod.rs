@@ -6,6 +6,7 @@
 //! - [`mma`]: register-level 16x8x16 mma fragments, `ldmatrix` loads.
 //! - [`chunk_io`]: 16-byte-chunk rows between global memory, registers and padded tiles.
 //! - [`online_softmax`]: running max / sum with the `alpha` rescale.
+//! - [`pair_stream`]: the next key/value block into shared memory while one computes.
 //! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
@@ -15,6 +16,7 @@ pub mod chunk_io;
 pub mod dot;
 pub mod mma;
 pub mod online_softmax;
+pub mod pair_stream;
 pub mod precise_math;
 pub mod row_reduce;
 pub mod score;

@@ -61,6 +61,35 @@ impl OnlineSoftmax {
         }
     }
 
+    /// [`Self::rescale`] for a row kept in raw dots whose logits are `scale` times them
+    /// (`scale > 0`, see [`super::score::folds_scale`]): `row_max` is then a raw dot too.
+    pub fn rescale_scaled(&mut self, block_max: f32, scale: f32) -> f32 {
+        let new_max = max(self.row_max, block_max);
+        // MASKED_LOGIT times a scale > 1 is -inf: exp gives 0 as it should.
+        let alpha = exp_f32((self.row_max - new_max) * scale, false);
+        self.row_max = new_max;
+        self.row_sum *= alpha;
+        alpha
+    }
+
+    /// [`Self::probability`] of a raw dot: `exp(fma(dot, scale, -shift))` with `shift =
+    /// scale * row_max` (computed once per row and block), exactly 0 for a masked entry.
+    pub fn probability_scaled(
+        &self,
+        dot: f32,
+        scale: f32,
+        shift: f32,
+        #[comptime] masked_pass: bool,
+    ) -> f32 {
+        let p = exp_f32(fma(dot, scale, -shift), false);
+        if comptime!(masked_pass) {
+            // A row masked so far with scale > 1 has shift = -inf and the fma NaN: selected away.
+            select(is_masked_logit(dot), 0.0f32, p)
+        } else {
+            p
+        }
+    }
+
     /// Adds the probabilities of one block (computed against the current `row_max`).
     pub fn accumulate(&mut self, block_sum: f32) {
         self.row_sum += block_sum;

@@ -41,6 +41,9 @@ pub struct ScoreOptions {
     pub has_bias: bool,
     /// `softcap * tanh(s / softcap)` on the scaled logits, before masking.
     pub has_softcap: bool,
+    /// The logit is `dot * scale` alone with `scale > 0` (see [`folds_scale`]): the mma
+    /// kernels fold the scale into their `exp` arguments. The other kernels ignore it.
+    pub fold_scale: bool,
 }
 
 impl ScoreOptions {
@@ -125,22 +128,20 @@ pub fn is_masked_logit(logit: f32) -> bool {
     logit == MASKED_LOGIT
 }
 
-/// The full transform of the contract. `row`/`col` are indices inside the (batch, head).
-/// With `masked_pass = false` the caller guarantees the entry is in bounds and visible.
+/// Step 3 of the contract: whether entry `(row, col)` is visible (in bounds, not causally
+/// masked, not masked by the bool mask). With `masked_pass = false` the caller guarantees it
+/// is, and nothing is emitted.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub fn score<F: Float, M: Int>(
-    dot: f32,
+pub fn visible<M: Int>(
     row: u32,
     col: u32,
     params: &ScoreParams,
     tensors: &ScoreTensors,
     mask: &Tensor<M>,
-    bias: &Tensor<F>,
     #[comptime] options: ScoreOptions,
     #[comptime] masked_pass: bool,
-) -> f32 {
-    let logit = scaled_logit(dot, params, options);
+) -> bool {
     let mut visible = true;
     if comptime!(masked_pass) {
         visible = row < params.seq_q && col < params.seq_kv;
@@ -157,8 +158,27 @@ pub fn score<F: Float, M: Int>(
             }
         }
     }
+    visible
+}
+
+/// The full transform of the contract. `row`/`col` are indices inside the (batch, head).
+/// With `masked_pass = false` the caller guarantees the entry is in bounds and visible.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn score<F: Float, M: Int>(
+    dot: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    #[comptime] options: ScoreOptions,
+    #[comptime] masked_pass: bool,
+) -> f32 {
+    let logit = scaled_logit(dot, params, options);
     let mut out = f32::new(MASKED_LOGIT);
-    if visible {
+    if visible::<M>(row, col, params, tensors, mask, options, masked_pass) {
         out = logit;
         if comptime!(options.has_bias) {
             let at = tensors.bias_base
@@ -168,4 +188,32 @@ pub fn score<F: Float, M: Int>(
         }
     }
     out
+}
+
+/// Whether the logit is `dot * scale` alone (no softcap, no bias) with `scale > 0`: then
+/// `exp(logit - m) = exp(fma(dot, scale, -m))`, and a row's maximum logit is `scale` times
+/// its maximum dot, so the mma kernels keep raw dots (one multiply less per entry). Decided on
+/// the host (the scale is a runtime value), part of the kernels' comptime configs.
+pub fn folds_scale(has_softcap: bool, has_bias: bool, scale: f64) -> bool {
+    !has_softcap && !has_bias && scale > 0.0
+}
+
+/// With [`folds_scale`]: the raw `dot`, or [`MASKED_LOGIT`] where the entry is not visible.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn masked_dot<M: Int>(
+    dot: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    mask: &Tensor<M>,
+    #[comptime] options: ScoreOptions,
+    #[comptime] masked_pass: bool,
+) -> f32 {
+    select(
+        visible::<M>(row, col, params, tensors, mask, options, masked_pass),
+        dot,
+        f32::new(MASKED_LOGIT),
+    )
 }

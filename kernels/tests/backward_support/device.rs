@@ -24,7 +24,13 @@ pub struct DeviceTensor {
 impl DeviceTensor {
     pub fn binding(&self) -> TensorBinding<TestRuntime> {
         // SAFETY: the buffer was created for exactly these shape and strides.
-        unsafe { TensorBinding::from_raw_parts(self.handle.clone(), self.strides.clone().into(), self.shape.clone().into()) }
+        unsafe {
+            TensorBinding::from_raw_parts(
+                self.handle.clone(),
+                self.strides.clone().into(),
+                self.shape.clone().into(),
+            )
+        }
     }
 }
 
@@ -88,11 +94,22 @@ pub fn upload<E: CubeElement>(
         physical[offset] = convert(*value);
     }
     let handle = client.create_from_slice(E::as_bytes(&physical));
-    DeviceTensor { handle, shape: shape.to_vec(), strides }
+    DeviceTensor {
+        handle,
+        shape: shape.to_vec(),
+        strides,
+    }
 }
 
 /// Uploads float values in the case's dtype.
-pub fn upload_float(client: &ComputeClient<TestRuntime>, dtype: FloatKind, values: &[f64], shape: &[usize], layout: Layout, role: Role) -> DeviceTensor {
+pub fn upload_float(
+    client: &ComputeClient<TestRuntime>,
+    dtype: FloatKind,
+    values: &[f64],
+    shape: &[usize],
+    layout: Layout,
+    role: Role,
+) -> DeviceTensor {
     match dtype {
         FloatKind::F16 => upload(client, values, shape, layout, role, half::f16::from_f64),
         FloatKind::BF16 => upload(client, values, shape, layout, role, half::bf16::from_f64),
@@ -101,18 +118,33 @@ pub fn upload_float(client: &ComputeClient<TestRuntime>, dtype: FloatKind, value
 }
 
 /// Reads a tensor back in logical row-major order, as f64.
-pub fn read_float(client: &ComputeClient<TestRuntime>, dtype: FloatKind, tensor: &DeviceTensor) -> Vec<f64> {
+pub fn read_float(
+    client: &ComputeClient<TestRuntime>,
+    dtype: FloatKind,
+    tensor: &DeviceTensor,
+) -> Vec<f64> {
     let bytes = client.read_one(tensor.handle.clone()).expect("read back");
     let physical: Vec<f64> = match dtype {
-        FloatKind::F16 => half::f16::from_bytes(&bytes).iter().map(|x| x.to_f64()).collect(),
-        FloatKind::BF16 => half::bf16::from_bytes(&bytes).iter().map(|x| x.to_f64()).collect(),
+        FloatKind::F16 => half::f16::from_bytes(&bytes)
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        FloatKind::BF16 => half::bf16::from_bytes(&bytes)
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
         FloatKind::F32 => f32::from_bytes(&bytes).iter().map(|&x| x as f64).collect(),
     };
-    logical_offsets(&tensor.shape, &tensor.strides).into_iter().map(|at| physical[at]).collect()
+    logical_offsets(&tensor.shape, &tensor.strides)
+        .into_iter()
+        .map(|at| physical[at])
+        .collect()
 }
 
 /// Raw bytes of a tensor (for bit-identical comparisons).
 pub fn read_bytes(client: &ComputeClient<TestRuntime>, tensor: &DeviceTensor) -> Vec<u8> {
-    client.read_one(tensor.handle.clone()).expect("read back").to_vec()
+    client
+        .read_one(tensor.handle.clone())
+        .expect("read back")
+        .to_vec()
 }
-

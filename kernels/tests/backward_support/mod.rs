@@ -2,10 +2,10 @@
 //! comparison with the f64 oracle under the FlashAttention tolerance rule.
 #![allow(dead_code)]
 
-use burn_flash_attn_kernels::backward::{flash_attention_backward, BackwardTensors};
+use burn_flash_attn_kernels::backward::{BackwardTensors, flash_attention_backward};
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
-use burn_flash_attn_kernels::tolerance::{check, GRADIENT_FACTOR};
+use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
 use cubecl::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -79,39 +79,71 @@ impl Case {
     }
 
     pub fn heads(self, batch: usize, heads: usize) -> Self {
-        Case { batch, heads, ..self }
+        Case {
+            batch,
+            heads,
+            ..self
+        }
     }
     pub fn val_dim(self, val_dim: usize) -> Self {
         Case { val_dim, ..self }
     }
     pub fn causal(self) -> Self {
-        Case { causal: true, ..self }
+        Case {
+            causal: true,
+            ..self
+        }
     }
     pub fn mask(self, pattern: MaskPattern) -> Self {
-        Case { mask: Some((pattern, MaskKind::U32)), ..self }
+        Case {
+            mask: Some((pattern, MaskKind::U32)),
+            ..self
+        }
     }
     pub fn mask_u8(self, pattern: MaskPattern) -> Self {
-        Case { mask: Some((pattern, MaskKind::U8)), ..self }
+        Case {
+            mask: Some((pattern, MaskKind::U8)),
+            ..self
+        }
     }
     pub fn bias(self) -> Self {
         Case { bias: true, ..self }
     }
     pub fn softcap(self, cap: f64) -> Self {
-        Case { softcap: Some(cap), ..self }
+        Case {
+            softcap: Some(cap),
+            ..self
+        }
     }
     pub fn scale(self, scale: f64) -> Self {
-        Case { scale: Some(scale), ..self }
+        Case {
+            scale: Some(scale),
+            ..self
+        }
     }
     pub fn transposed(self) -> Self {
-        Case { layout: Layout::Transposed, ..self }
+        Case {
+            layout: Layout::Transposed,
+            ..self
+        }
     }
 
     pub fn name(&self) -> String {
         let mut name = format!(
             "{:?}_b{}h{}_q{}_kv{}_hd{}_vd{}",
-            self.dtype, self.batch, self.heads, self.seq_q, self.seq_kv, self.head_dim, self.val_dim
+            self.dtype,
+            self.batch,
+            self.heads,
+            self.seq_q,
+            self.seq_kv,
+            self.head_dim,
+            self.val_dim
         );
-        for (on, tag) in [(self.causal, "_causal"), (self.bias, "_bias"), (self.layout == Layout::Transposed, "_strided")] {
+        for (on, tag) in [
+            (self.causal, "_causal"),
+            (self.bias, "_bias"),
+            (self.layout == Layout::Transposed, "_strided"),
+        ] {
             if on {
                 name.push_str(tag);
             }
@@ -137,7 +169,9 @@ impl Case {
             head_dim: self.head_dim,
             val_dim: self.val_dim,
             dtype: self.dtype,
-            scale: self.scale.unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
+            scale: self
+                .scale
+                .unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
             softcap: self.softcap,
             causal: self.causal,
             mask: self.mask.map(|(_, kind)| kind),
@@ -150,7 +184,9 @@ impl Case {
         if let Ok(seed) = std::env::var("BACKWARD_SEED") {
             return seed.parse().expect("BACKWARD_SEED must be a u64");
         }
-        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
     }
 }
 
@@ -167,9 +203,14 @@ pub fn supported(client: &ComputeClient<TestRuntime>, case: &Case) -> bool {
     use burn_flash_attn_kernels::heuristics::{elem_type, mask_elem_type};
     let props = client.properties();
     let ok = props.supports_type(elem_type(case.dtype))
-        && case.mask.is_none_or(|(_, kind)| props.supports_type(mask_elem_type(kind)));
+        && case
+            .mask
+            .is_none_or(|(_, kind)| props.supports_type(mask_elem_type(kind)));
     if !ok {
-        println!("SKIPPED {}: the test device does not support its element types", case.name());
+        println!(
+            "SKIPPED {}: the test device does not support its element types",
+            case.name()
+        );
     }
     ok
 }
@@ -189,7 +230,11 @@ impl HostData {
         let p = case.problem();
         let prec = precision(case.dtype);
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut uniform = |n: usize| -> Vec<f64> { (0..n).map(|_| prec.round(rng.random_range(-1.0..1.0))).collect() };
+        let mut uniform = |n: usize| -> Vec<f64> {
+            (0..n)
+                .map(|_| prec.round(rng.random_range(-1.0..1.0)))
+                .collect()
+        };
         let (bh, sq, skv) = (p.heads_total(), p.seq_q, p.seq_kv);
         let q = uniform(bh * sq * p.head_dim);
         let k = uniform(bh * skv * p.head_dim);
@@ -205,11 +250,24 @@ impl HostData {
                 })
                 .collect()
         });
-        HostData { q, k, v, d_out, mask, bias }
+        HostData {
+            q,
+            k,
+            v,
+            d_out,
+            mask,
+            bias,
+        }
     }
 
     pub fn inputs(&self) -> Inputs<'_> {
-        Inputs { q: &self.q, k: &self.k, v: &self.v, mask: self.mask.as_deref(), bias: self.bias.as_deref() }
+        Inputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            mask: self.mask.as_deref(),
+            bias: self.bias.as_deref(),
+        }
     }
 }
 
@@ -219,7 +277,17 @@ pub fn forward_outputs(case: &Case, data: &HostData) -> (Vec<f64>, Vec<f64>) {
     let fwd = reference::forward(&case.problem(), &data.inputs(), Precision::F64);
     let prec = precision(case.dtype);
     let o = fwd.o.iter().map(|&x| prec.round(x)).collect();
-    let lse = fwd.lse.iter().map(|&x| if x.is_infinite() { f32::MAX as f64 } else { x as f32 as f64 }).collect();
+    let lse = fwd
+        .lse
+        .iter()
+        .map(|&x| {
+            if x.is_infinite() {
+                f32::MAX as f64
+            } else {
+                x as f32 as f64
+            }
+        })
+        .collect();
     (o, lse)
 }
 
@@ -239,7 +307,13 @@ pub struct DeviceCase {
 }
 
 impl DeviceCase {
-    pub fn upload(client: &ComputeClient<TestRuntime>, case: &Case, data: &HostData, o: &[f64], lse: &[f64]) -> Self {
+    pub fn upload(
+        client: &ComputeClient<TestRuntime>,
+        case: &Case,
+        data: &HostData,
+        o: &[f64],
+        lse: &[f64],
+    ) -> Self {
         let p = case.problem();
         let (b, h, l) = (p.batch, p.num_heads, case.layout);
         let q_shape = [b, h, p.seq_q, p.head_dim];
@@ -247,8 +321,11 @@ impl DeviceCase {
         let v_shape = [b, h, p.seq_kv, p.val_dim];
         let o_shape = [b, h, p.seq_q, p.val_dim];
         let scores = [b, h, p.seq_q, p.seq_kv];
-        let float = |values: &[f64], shape: &[usize], role| upload_float(client, case.dtype, values, shape, l, role);
-        let poison = |shape: &[usize]| float(&vec![POISON; shape.iter().product()], shape, Role::Rows);
+        let float = |values: &[f64], shape: &[usize], role| {
+            upload_float(client, case.dtype, values, shape, l, role)
+        };
+        let poison =
+            |shape: &[usize]| float(&vec![POISON; shape.iter().product()], shape, Role::Rows);
         let mask = data.mask.as_ref().map(|m| {
             let values: Vec<f64> = m.iter().map(|&x| x as u8 as f64).collect();
             match case.mask.expect("mask data implies a mask kind").1 {
@@ -264,7 +341,10 @@ impl DeviceCase {
             d_out: float(&data.d_out, &o_shape, Role::Rows),
             lse: upload(client, lse, &[b, h, p.seq_q], l, Role::Stats, |x| x as f32),
             mask,
-            bias: data.bias.as_ref().map(|bias| float(bias, &scores, Role::Scores)),
+            bias: data
+                .bias
+                .as_ref()
+                .map(|bias| float(bias, &scores, Role::Scores)),
             dq: poison(&q_shape),
             dk: poison(&k_shape),
             dv: poison(&v_shape),
@@ -289,11 +369,28 @@ impl DeviceCase {
 }
 
 /// Checks `got` against the oracle with the gradient rule, and that it holds no NaN.
-pub fn check_gradient(case: &Case, what: &str, got: &[f64], plain: &[f64], oracle: &[f64]) -> Result<(), String> {
+pub fn check_gradient(
+    case: &Case,
+    what: &str,
+    got: &[f64],
+    plain: &[f64],
+    oracle: &[f64],
+) -> Result<(), String> {
     if let Some(at) = got.iter().position(|x| !x.is_finite()) {
-        return Err(format!("{}: {what} has a non-finite value {} at flat index {at}", case.name(), got[at]));
+        return Err(format!(
+            "{}: {what} has a non-finite value {} at flat index {at}",
+            case.name(),
+            got[at]
+        ));
     }
-    check(&format!("{} {what}", case.name()), got, plain, oracle, GRADIENT_FACTOR, precision(case.dtype))
+    check(
+        &format!("{} {what}", case.name()),
+        got,
+        plain,
+        oracle,
+        GRADIENT_FACTOR,
+        precision(case.dtype),
+    )
 }
 
 /// Rows of `[.., seq_q, dim]` that see no key: causal rows past the diagonal and fully masked
@@ -324,7 +421,8 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
     let start = std::time::Instant::now();
-    let launch = flash_attention_backward(&client, &problem, device.tensors()).map_err(|e| format!("{}: {e}", case.name()))?;
+    let launch = flash_attention_backward(&client, &problem, device.tensors())
+        .map_err(|e| format!("{}: {e}", case.name()))?;
     let dq = read_float(&client, case.dtype, &device.dq);
     let dk = read_float(&client, case.dtype, &device.dk);
     let dv = read_float(&client, case.dtype, &device.dv);
@@ -344,7 +442,10 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     for row in blind_rows(case, &data) {
         let dims = problem.head_dim;
         if dq[row * dims..(row + 1) * dims].iter().any(|&x| x != 0.0) {
-            return Err(format!("{}: dq row {row} sees no key but is not exactly 0", case.name()));
+            return Err(format!(
+                "{}: dq row {row} sees no key but is not exactly 0",
+                case.name()
+            ));
         }
     }
     Ok(())
@@ -352,6 +453,15 @@ pub fn run_case(case: &Case) -> Result<(), String> {
 
 /// Runs every case, reports all failures at once.
 pub fn run_cases(cases: &[Case]) {
-    let failures: Vec<String> = cases.iter().filter_map(|case| run_case(case).err()).collect();
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| run_case(case).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }

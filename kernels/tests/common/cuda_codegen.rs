@@ -8,7 +8,9 @@ use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
 use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
 use cubecl_runtime::kernel::KernelTask;
 
-/// The CUDA C++ of `kernel` and the dynamic shared memory it declares, in bytes. Compilation
+/// The CUDA C++ of `kernel` and the dynamic shared memory it declares, in bytes, unchecked as
+/// `launch_unchecked` compiles it (checked indexing adds a clamp and a select to every load,
+/// which changes registers and instruction counts). Compilation
 /// options as cubecl-cuda's runtime sets them (plane size 32, fast math on).
 pub fn cuda_source<K: CubeKernel>(kernel: K) -> (String, usize) {
     let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
@@ -23,7 +25,7 @@ pub fn cuda_source<K: CubeKernel>(kernel: K) -> (String, usize) {
         &task,
         &mut Default::default(),
         &options,
-        ExecutionMode::Checked,
+        ExecutionMode::Unchecked,
         AddressType::U32.unsigned_type(),
     )
     .expect("CUDA compilation of a kernel");

@@ -237,6 +237,8 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
                 tensor(),
                 tensor(),
                 tensor(),
+                // The widest load (16 bytes on gfx942) that contiguous rows allow.
+                16 / std::mem::size_of::<F>(),
             );
             R::<M>::hip_source(kernel, GFX942)
         }

@@ -4,13 +4,12 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::forward::score_tensors;
 use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
-use crate::primitives::chunk_io::{
-    buffer_row, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
-};
+use crate::primitives::chunk_io::{buffer_row, chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
 };
+use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
@@ -30,12 +29,27 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
     config: BackwardConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
+    if config.async_inner {
+        launch::<R, F, M, AsyncCopy>(client, problem, inputs, dk, dv, config)
+    } else {
+        launch::<R, F, M, Staged>(client, problem, inputs, dk, dv, config)
+    }
+}
+
+fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    dk: TensorBinding<R>,
+    dv: TensorBinding<R>,
+    config: BackwardConfig,
+) {
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let args = inputs.into_args(client);
     // SAFETY: shapes, strides and chunking were validated against the problem; global reads
     // are bounds-checked per row, writes against seq_kv and the dims.
     unsafe {
-        dkdv_mma_kernel::launch_unchecked::<F, M, R>(
+        dkdv_mma_kernel::launch_unchecked::<F, M, S, R>(
             client,
             CubeCount::Static(kv_blocks, problem.heads_total() as u32, 1),
             CubeDim::new_2d(LANES, config.block_kv / MATRIX_TILE),
@@ -58,7 +72,7 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
+pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -117,53 +131,84 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
     let q_blocks = params.seq_q.div_ceil(config.block_q);
     let first_block = first_row / config.block_q;
     let key_row = kv_start + plane_row + lane.group;
-    // One buffer: each query block (Q, dO, lse, delta) is loaded between two syncs. Two
-    // buffers: the next one is fetched into registers while this one computes, then stored
-    // into the other buffer before the block's one sync.
+    // One buffer: each query block (Q, dO, lse, delta) is loaded between two waits. Two
+    // buffers: the next one is started (see `pair_stream`) while this one computes, into the
+    // other buffer; its lse and delta go through registers.
     let inner = comptime!(config.mma_inner_pair());
     let double = comptime!(config.buffers > 1);
-    let mut staged = staged_pair::<F, N>(inner);
+    let mut stream = S::init::<F, N>(inner);
     if comptime!(double) {
-        if first_block < q_blocks {
+        let started = first_block < q_blocks;
+        let tile_row = buffer_row(first_block, config.buffers, inner.rows);
+        if started {
             let q_start = first_block * config.block_q;
-            let tile_row = buffer_row(first_block, config.buffers, inner.rows);
-            fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
+            S::start::<F, N>(
+                &mut stream,
+                q,
+                &q_view,
+                d_out,
+                &d_out_view,
+                &mut tiles.q,
+                &mut tiles.d_out,
+                q_start,
+                tile_row,
+                inner,
+            );
             let stats = fetch_stats(lse, delta, batch, head, q_start, config);
-            store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
             store_stats(&mut lse_tile, &mut delta_tile, tile_row, &stats, config);
         }
-        sync_cube();
+        S::finish::<F, N>(
+            &mut stream,
+            &mut tiles.q,
+            &mut tiles.d_out,
+            tile_row,
+            started,
+            inner,
+        );
     }
     for q_block in first_block..q_blocks {
         let q_start = q_block * config.block_q;
         let next = q_block + 1;
         let has_next = next < q_blocks;
-        let next_start = next * config.block_q;
-        let mut next_stats = QueryStats {
+        let next_row = buffer_row(next, config.buffers, inner.rows);
+        // With one buffer the block itself, after the previous block's last wait.
+        let (load, load_row, loads) = if comptime!(double) {
+            (next, next_row, has_next)
+        } else {
+            (q_block, 0u32, true)
+        };
+        let mut stats = QueryStats {
             lse: 0.0f32,
             delta: 0.0f32,
         };
-        if comptime!(double) {
-            if has_next {
-                fetch_pair::<F, N>(
-                    q,
-                    &q_view,
-                    d_out,
-                    &d_out_view,
-                    &mut staged,
-                    next_start,
-                    inner,
-                );
-                let stats = fetch_stats(lse, delta, batch, head, next_start, config);
-                next_stats.lse = stats.lse;
-                next_stats.delta = stats.delta;
-            }
-        } else {
-            fetch_pair::<F, N>(q, &q_view, d_out, &d_out_view, &mut staged, q_start, inner);
-            let stats = fetch_stats(lse, delta, batch, head, q_start, config);
-            store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, 0u32, inner);
+        if loads {
+            let load_start = load * config.block_q;
+            S::start::<F, N>(
+                &mut stream,
+                q,
+                &q_view,
+                d_out,
+                &d_out_view,
+                &mut tiles.q,
+                &mut tiles.d_out,
+                load_start,
+                load_row,
+                inner,
+            );
+            let fetched = fetch_stats(lse, delta, batch, head, load_start, config);
+            stats.lse = fetched.lse;
+            stats.delta = fetched.delta;
+        }
+        if comptime!(!double) {
             store_stats(&mut lse_tile, &mut delta_tile, 0u32, &stats, config);
-            sync_cube();
+            S::finish::<F, N>(
+                &mut stream,
+                &mut tiles.q,
+                &mut tiles.d_out,
+                0u32,
+                true,
+                inner,
+            );
         }
         query_block::<F, M, N>(
             mask,
@@ -185,18 +230,19 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, N: Size>(
         );
         if comptime!(double) {
             if has_next {
-                let tile_row = buffer_row(next, config.buffers, inner.rows);
-                store_pair::<F, N>(&staged, &mut tiles.q, &mut tiles.d_out, tile_row, inner);
-                store_stats(
-                    &mut lse_tile,
-                    &mut delta_tile,
-                    tile_row,
-                    &next_stats,
-                    config,
-                );
+                store_stats(&mut lse_tile, &mut delta_tile, next_row, &stats, config);
             }
+            S::finish::<F, N>(
+                &mut stream,
+                &mut tiles.q,
+                &mut tiles.d_out,
+                next_row,
+                has_next,
+                inner,
+            );
+        } else {
+            sync_cube();
         }
-        sync_cube();
     }
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.

@@ -6,13 +6,12 @@ use crate::forward::score_tensors;
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
-use crate::primitives::chunk_io::{
-    buffer_row, chunk_view, copy_rows, fetch_pair, staged_pair, store_pair,
-};
+use crate::primitives::chunk_io::{buffer_row, chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
 };
+use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
@@ -30,11 +29,25 @@ pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(
     config: BackwardConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::Query);
+    if config.async_inner {
+        launch::<R, F, M, AsyncCopy>(client, problem, inputs, dq, config)
+    } else {
+        launch::<R, F, M, Staged>(client, problem, inputs, dq, config)
+    }
+}
+
+fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    dq: TensorBinding<R>,
+    config: BackwardConfig,
+) {
     let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
     let args = inputs.into_args(client);
     // SAFETY: as for dK/dV.
     unsafe {
-        dq_mma_kernel::launch_unchecked::<F, M, R>(
+        dq_mma_kernel::launch_unchecked::<F, M, S, R>(
             client,
             CubeCount::Static(q_blocks, problem.heads_total() as u32, 1),
             CubeDim::new_2d(LANES, config.block_q / MATRIX_TILE),
@@ -56,7 +69,7 @@ pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
+pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -122,32 +135,62 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
         config.block_kv,
         config.score,
     );
-    // One buffer: each block is loaded between two syncs. Two buffers: the next block is
-    // fetched into registers while this one computes, then stored into the other buffer
-    // before the block's one sync.
+    // One buffer: each block is loaded between two waits. Two buffers: the next block is
+    // started (see `pair_stream`) while this one computes, into the other buffer.
     let inner = comptime!(config.mma_inner_pair());
     let double = comptime!(config.buffers > 1);
-    let mut staged = staged_pair::<F, N>(inner);
+    let mut stream = S::init::<F, N>(inner);
     if comptime!(double) {
-        if range.end > 0 {
-            fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, 0u32, inner);
-            store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, inner);
+        let started = range.end > 0;
+        if started {
+            S::start::<F, N>(
+                &mut stream,
+                k,
+                &k_view,
+                v,
+                &v_view,
+                &mut tiles.k,
+                &mut tiles.v,
+                0u32,
+                0u32,
+                inner,
+            );
         }
-        sync_cube();
+        S::finish::<F, N>(
+            &mut stream,
+            &mut tiles.k,
+            &mut tiles.v,
+            0u32,
+            started,
+            inner,
+        );
     }
     for kv_block in 0..range.end {
         let next = kv_block + 1;
         let has_next = next < range.end;
-        if comptime!(double) {
-            if has_next {
-                let next_start = next * config.block_kv;
-                fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, next_start, inner);
-            }
+        let next_row = buffer_row(next, config.buffers, inner.rows);
+        // With one buffer the block itself, after the previous block's last wait.
+        let (load, load_row, loads) = if comptime!(double) {
+            (next, next_row, has_next)
         } else {
-            let kv_start = kv_block * config.block_kv;
-            fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, kv_start, inner);
-            store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, inner);
-            sync_cube();
+            (kv_block, 0u32, true)
+        };
+        if loads {
+            S::start::<F, N>(
+                &mut stream,
+                k,
+                &k_view,
+                v,
+                &v_view,
+                &mut tiles.k,
+                &mut tiles.v,
+                load * config.block_kv,
+                load_row,
+                inner,
+            );
+        }
+        if comptime!(!double) {
+            S::finish::<F, N>(&mut stream, &mut tiles.k, &mut tiles.v, 0u32, true, inner);
         }
         key_block::<F, M, N>(
             mask,
@@ -167,12 +210,17 @@ pub fn dq_mma_kernel<F: Float, M: Int, N: Size>(
             config,
         );
         if comptime!(double) {
-            if has_next {
-                let tile_row = buffer_row(next, config.buffers, inner.rows);
-                store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, tile_row, inner);
-            }
+            S::finish::<F, N>(
+                &mut stream,
+                &mut tiles.k,
+                &mut tiles.v,
+                next_row,
+                has_next,
+                inner,
+            );
+        } else {
+            sync_cube();
         }
-        sync_cube();
     }
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all

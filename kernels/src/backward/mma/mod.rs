@@ -24,7 +24,7 @@ use crate::primitives::chunk_io::chunk_tile;
 use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, store_accumulator_row};
 use crate::primitives::precise_math::exp_f32;
 use crate::primitives::score::{
-    ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
+    ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative, visible,
 };
 
 use super::config::{BackwardConfig, BackwardKernel};
@@ -81,21 +81,34 @@ pub(super) fn p_and_ds<F: Float, M: Int>(
     #[comptime] config: BackwardConfig,
     #[comptime] masked_pass: bool,
 ) -> (f32, f32) {
-    let logit = score::<F, M>(
-        dot,
-        row,
-        col,
-        params,
-        tensors,
-        mask,
-        bias,
-        config.score,
-        masked_pass,
-    );
-    let mut p = exp_f32(logit - row_lse, false);
-    if comptime!(masked_pass) {
-        p = select(is_masked_logit(logit), 0.0f32, p);
-    }
+    let p = if comptime!(config.score.fold_scale) {
+        // The logit is dot * scale: one fma instead of a multiply and a subtraction.
+        let p = exp_f32(fma(dot, params.scale, -row_lse), false);
+        if comptime!(masked_pass) {
+            let shown = visible::<M>(row, col, params, tensors, mask, config.score, true);
+            select(shown, p, 0.0f32)
+        } else {
+            p
+        }
+    } else {
+        let logit = score::<F, M>(
+            dot,
+            row,
+            col,
+            params,
+            tensors,
+            mask,
+            bias,
+            config.score,
+            masked_pass,
+        );
+        let p = exp_f32(logit - row_lse, false);
+        if comptime!(masked_pass) {
+            select(is_masked_logit(logit), 0.0f32, p)
+        } else {
+            p
+        }
+    };
     let capped = scaled_logit(dot, params, config.score);
     let ds = p * (dp - row_delta) * softcap_derivative(capped, params, config.score);
     (p, ds)

@@ -26,14 +26,12 @@ use crate::config::{FlashConfig, MATRIX_TILE};
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range, query_block_heaviest_first, rows_kv_end,
 };
-use crate::primitives::chunk_io::{
-    ChunkView, StagedPair, buffer_row, chunk_tile, chunk_view, copy_rows, fetch_pair, staged_pair,
-    store_pair,
-};
+use crate::primitives::chunk_io::{ChunkView, buffer_row, chunk_tile, chunk_view, copy_rows};
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
     load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
 };
+use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
 
 use super::{ForwardArgs, score_tensors};
@@ -57,10 +55,17 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     // SAFETY: shapes and strides were validated against the problem and the chunking; global
     // reads are bounds-checked per row, writes against seq_q / val_dim.
     unsafe {
-        flash_attention_forward_mma_kernel::launch_unchecked::<F, M, R>(
-            client, cube_count, cube_dim, chunk, args.q, args.k, args.v, args.mask, args.bias,
-            args.o, args.lse, params, config,
-        )
+        if config.async_kv {
+            flash_attention_forward_mma_kernel::launch_unchecked::<F, M, AsyncCopy, R>(
+                client, cube_count, cube_dim, chunk, args.q, args.k, args.v, args.mask, args.bias,
+                args.o, args.lse, params, config,
+            )
+        } else {
+            flash_attention_forward_mma_kernel::launch_unchecked::<F, M, Staged, R>(
+                client, cube_count, cube_dim, chunk, args.q, args.k, args.v, args.mask, args.bias,
+                args.o, args.lse, params, config,
+            )
+        }
     }
 }
 
@@ -77,7 +82,7 @@ struct Tiles<F: Float, N: Size> {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
+pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -113,7 +118,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         ),
     };
     let kv_pair = comptime!(config.mma_kv_pair());
-    let mut staged = staged_pair::<F, N>(kv_pair);
+    let mut stream = S::init::<F, N>(kv_pair);
 
     // Step 1: the query block into shared memory, then (if they fit) this plane's A
     // fragments, once.
@@ -140,16 +145,34 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
         config.block_kv,
         config.score,
     );
-    if range.end > 0 {
-        fetch_pair::<F, N>(k, &k_view, v, &v_view, &mut staged, 0u32, kv_pair);
-        store_pair::<F, N>(&staged, &mut tiles.k, &mut tiles.v, 0u32, kv_pair);
+    let started = range.end > 0;
+    if started {
+        S::start::<F, N>(
+            &mut stream,
+            k,
+            &k_view,
+            v,
+            &v_view,
+            &mut tiles.k,
+            &mut tiles.v,
+            0u32,
+            0u32,
+            kv_pair,
+        );
     }
-    sync_cube();
+    S::finish::<F, N>(
+        &mut stream,
+        &mut tiles.k,
+        &mut tiles.v,
+        0u32,
+        started,
+        kv_pair,
+    );
     let first_row = q_start + plane_row + lane.group;
     let plane_rows = comptime!(row_tiles * MATRIX_TILE);
     let plane_kv_end = rows_kv_end(q_start + plane_row, plane_rows, &params, config.score);
     for kv_block in 0..range.first_masked {
-        attend_kv_block::<F, M, N>(
+        attend_kv_block::<F, M, S, N>(
             k,
             v,
             mask,
@@ -166,14 +189,14 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             lane,
             &q_frags,
             &mut tiles,
-            &mut staged,
+            &mut stream,
             &mut rows,
             config,
             false,
         );
     }
     for kv_block in range.first_masked..range.end {
-        attend_kv_block::<F, M, N>(
+        attend_kv_block::<F, M, S, N>(
             k,
             v,
             mask,
@@ -190,7 +213,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             lane,
             &q_frags,
             &mut tiles,
-            &mut staged,
+            &mut stream,
             &mut rows,
             config,
             true,
@@ -206,6 +229,10 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
             let i = t * 2 + half;
             let mut softmax = rows.softmax(i);
             softmax.row_sum = quad_sum(softmax.row_sum);
+            if comptime!(config.score.fold_scale) {
+                // The running max is a raw dot: the log-sum-exp is of the logits.
+                softmax.row_max *= params.scale;
+            }
             write_row::<F>(
                 o,
                 lse,
@@ -229,7 +256,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, N: Size>(
 /// `masked_pass` emits the tail / causal / mask checks.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn attend_kv_block<F: Float, M: Int, N: Size>(
+fn attend_kv_block<F: Float, M: Int, S: PairStream, N: Size>(
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
     mask: &Tensor<M>,
@@ -246,7 +273,7 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     lane: Lane,
     q_frags: &Array<Pair<F>>,
     tiles: &mut Tiles<F, N>,
-    staged: &mut StagedPair<F, N>,
+    stream: &mut S::State<F, N>,
     rows: &mut Rows,
     #[comptime] config: FlashConfig,
     #[comptime] masked_pass: bool,
@@ -259,16 +286,21 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
     let has_next = next < range.end;
     let kv_row = buffer_row(kv_block, config.kv_buffers, config.block_kv);
 
-    // The next block's loads are issued now and land while this block computes.
+    // The next block's loads are issued now and land while this block computes (with two
+    // buffers, into the one every unit finished reading before the previous wait).
     let kv_pair = comptime!(config.mma_kv_pair());
+    let next_row = buffer_row(next, config.kv_buffers, config.block_kv);
     if has_next {
-        fetch_pair::<F, N>(
+        S::start::<F, N>(
+            stream,
             k,
             k_view,
             v,
             v_view,
-            staged,
+            &mut tiles.k,
+            &mut tiles.v,
             next * config.block_kv,
+            next_row,
             kv_pair,
         );
     }
@@ -335,14 +367,15 @@ fn attend_kv_block<F: Float, M: Int, N: Size>(
 
     if comptime!(config.kv_buffers == 1) {
         // Every plane is done reading this block's K and V before the next block overwrites
-        // them.
+        // them (one buffer: registers only, the planner never pairs it with async copies).
         sync_cube();
-        if has_next {
-            store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, 0u32, kv_pair);
-        }
-    } else if has_next {
-        let next_row = buffer_row(next, config.kv_buffers, config.block_kv);
-        store_pair::<F, N>(staged, &mut tiles.k, &mut tiles.v, next_row, kv_pair);
     }
-    sync_cube();
+    S::finish::<F, N>(
+        stream,
+        &mut tiles.k,
+        &mut tiles.v,
+        next_row,
+        has_next,
+        kv_pair,
+    );
 }

@@ -8,7 +8,7 @@ use crate::primitives::mma::{
     A_REGS, ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a, quad_max, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
-use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, score};
+use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, masked_dot, score};
 
 /// The running state of this lane's query rows: rows `group` and `group + 8` of each of the
 /// plane's row tiles (`2 t` and `2 t + 1` for row tile `t`).
@@ -121,8 +121,9 @@ pub(super) fn query_step<F: Float, N: Size>(
     step
 }
 
-/// Logits, then the online softmax of the top and bottom rows of row tile `t` (this lane's
-/// rows `top_row` and `top_row + 8`), and the rescale of their O accumulators. Rows past
+/// Logits (raw dots with `fold_scale`, see [`crate::primitives::score::folds_scale`]), then
+/// the online softmax of the top and bottom rows of row tile `t` (this lane's rows `top_row`
+/// and `top_row + 8`), and the rescale of their O accumulators. Rows past
 /// seq_q compute as the last row (reads stay in bounds) and are never written.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -143,6 +144,7 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     let kv_tiles = comptime!(config.block_kv / TILE_N);
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
     let first_s = comptime!(t * kv_tiles);
+    let fold = comptime!(config.score.fold_scale);
     let top = min(top_row, params.seq_q - 1);
     let bottom = min(top_row + BOTTOM_ROW, params.seq_q - 1);
     let mut top_max = f32::new(MASKED_LOGIT);
@@ -159,28 +161,51 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
         #[unroll]
         for e in 0..2u32 {
             let (at, column) = (e as usize, col + e);
-            upper[at] = score::<F, M>(
-                upper[at],
-                top,
-                column,
-                params,
-                tensors,
-                mask,
-                bias,
-                config.score,
-                masked_pass,
-            );
-            lower[at] = score::<F, M>(
-                lower[at],
-                bottom,
-                column,
-                params,
-                tensors,
-                mask,
-                bias,
-                config.score,
-                masked_pass,
-            );
+            if comptime!(fold) {
+                upper[at] = masked_dot::<M>(
+                    upper[at],
+                    top,
+                    column,
+                    params,
+                    tensors,
+                    mask,
+                    config.score,
+                    masked_pass,
+                );
+                lower[at] = masked_dot::<M>(
+                    lower[at],
+                    bottom,
+                    column,
+                    params,
+                    tensors,
+                    mask,
+                    config.score,
+                    masked_pass,
+                );
+            } else {
+                upper[at] = score::<F, M>(
+                    upper[at],
+                    top,
+                    column,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config.score,
+                    masked_pass,
+                );
+                lower[at] = score::<F, M>(
+                    lower[at],
+                    bottom,
+                    column,
+                    params,
+                    tensors,
+                    mask,
+                    bias,
+                    config.score,
+                    masked_pass,
+                );
+            }
             top_max = max(top_max, upper[at]);
             bottom_max = max(bottom_max, lower[at]);
         }
@@ -189,8 +214,21 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     }
     let mut top_softmax = rows.softmax(comptime!(2 * t));
     let mut bottom_softmax = rows.softmax(comptime!(2 * t + 1));
-    let top_alpha = top_softmax.rescale(quad_max(top_max), false);
-    let bottom_alpha = bottom_softmax.rescale(quad_max(bottom_max), false);
+    // Folded scale: maxima are raw dots, P = exp(fma(dot, scale, -scale * max)).
+    let scale = params.scale;
+    let (top_alpha, bottom_alpha) = if comptime!(fold) {
+        (
+            top_softmax.rescale_scaled(quad_max(top_max), scale),
+            bottom_softmax.rescale_scaled(quad_max(bottom_max), scale),
+        )
+    } else {
+        (
+            top_softmax.rescale(quad_max(top_max), false),
+            bottom_softmax.rescale(quad_max(bottom_max), false),
+        )
+    };
+    let top_shift = top_softmax.row_max * scale;
+    let bottom_shift = bottom_softmax.row_max * scale;
     let mut top_sum = 0.0f32;
     let mut bottom_sum = 0.0f32;
     #[unroll]
@@ -204,8 +242,15 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
         #[unroll]
         for e in 0..2u32 {
             let at = e as usize;
-            upper[at] = top_softmax.probability(upper[at], masked_pass, false);
-            lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
+            if comptime!(fold) {
+                upper[at] =
+                    top_softmax.probability_scaled(upper[at], scale, top_shift, masked_pass);
+                lower[at] =
+                    bottom_softmax.probability_scaled(lower[at], scale, bottom_shift, masked_pass);
+            } else {
+                upper[at] = top_softmax.probability(upper[at], masked_pass, false);
+                lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
+            }
             top_sum += upper[at];
             bottom_sum += lower[at];
         }

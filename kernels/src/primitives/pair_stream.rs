@@ -1,0 +1,204 @@
+//! How the next block of a streamed pair (K and V) reaches its shared tiles while the current
+//! one computes, with two buffers and one cube-wide wait per block:
+//! - [`Staged`]: 16-byte global loads into registers, stored into the other buffer after the
+//!   block computed, then `sync_cube` (every device);
+//! - [`AsyncCopy`]: `cp.async` copies straight into the other buffer, completed by an mbarrier
+//!   the whole cube arrives on (CUDA, `features.copy_async`): no staging registers and no
+//!   shared-memory stores in the instruction stream.
+//!
+//! Protocol of one block: [`PairStream::start`] the next block (into the buffer that the cube
+//! finished reading before the previous wait), compute on the current one, then
+//! [`PairStream::finish`]: after it, the next block is visible to every unit and every unit is
+//! done with the current one.
+use cubecl::prelude::barrier::{Barrier, copy_async_checked};
+use cubecl::prelude::*;
+
+use super::chunk_io::{ChunkView, PairShape, StagedPair, fetch_pair, staged_pair, store_pair};
+use super::chunk_io::{tile_chunks, tile_stride};
+use crate::config::MMA_CHUNK;
+
+/// Per-cube state of a stream and its two steps (see the module doc).
+#[cube]
+pub trait PairStream: Send + Sync + 'static {
+    type State<F: Float, N: Size>: CubeType;
+
+    fn init<F: Float, N: Size>(#[comptime] shape: PairShape) -> Self::State<F, N>;
+
+    /// Starts loading rows `[first_row, first_row + shape.rows)` of both tensors, for tile rows
+    /// `[tile_row, tile_row + shape.rows)` of the two tiles.
+    #[allow(clippy::too_many_arguments)]
+    fn start<F: Float, N: Size>(
+        state: &mut Self::State<F, N>,
+        first: &Tensor<Vector<F, N>>,
+        first_view: &ChunkView,
+        second: &Tensor<Vector<F, N>>,
+        second_view: &ChunkView,
+        first_tile: &mut SharedMemory<Vector<F, N>>,
+        second_tile: &mut SharedMemory<Vector<F, N>>,
+        first_row: u32,
+        tile_row: u32,
+        #[comptime] shape: PairShape,
+    );
+
+    /// Completes what `start` began (if `started`) at the same tile row, and waits for the
+    /// whole cube.
+    fn finish<F: Float, N: Size>(
+        state: &mut Self::State<F, N>,
+        first_tile: &mut SharedMemory<Vector<F, N>>,
+        second_tile: &mut SharedMemory<Vector<F, N>>,
+        tile_row: u32,
+        started: bool,
+        #[comptime] shape: PairShape,
+    );
+}
+
+/// Through registers (see the module doc).
+pub struct Staged;
+
+/// Through `cp.async` and an mbarrier (see the module doc).
+pub struct AsyncCopy;
+
+#[cube]
+impl PairStream for Staged {
+    type State<F: Float, N: Size> = StagedPair<F, N>;
+
+    fn init<F: Float, N: Size>(#[comptime] shape: PairShape) -> StagedPair<F, N> {
+        staged_pair::<F, N>(shape)
+    }
+
+    fn start<F: Float, N: Size>(
+        state: &mut StagedPair<F, N>,
+        first: &Tensor<Vector<F, N>>,
+        first_view: &ChunkView,
+        second: &Tensor<Vector<F, N>>,
+        second_view: &ChunkView,
+        _first_tile: &mut SharedMemory<Vector<F, N>>,
+        _second_tile: &mut SharedMemory<Vector<F, N>>,
+        first_row: u32,
+        _tile_row: u32,
+        #[comptime] shape: PairShape,
+    ) {
+        fetch_pair::<F, N>(
+            first,
+            first_view,
+            second,
+            second_view,
+            state,
+            first_row,
+            shape,
+        );
+    }
+
+    fn finish<F: Float, N: Size>(
+        state: &mut StagedPair<F, N>,
+        first_tile: &mut SharedMemory<Vector<F, N>>,
+        second_tile: &mut SharedMemory<Vector<F, N>>,
+        tile_row: u32,
+        started: bool,
+        #[comptime] shape: PairShape,
+    ) {
+        if started {
+            store_pair::<F, N>(state, first_tile, second_tile, tile_row, shape);
+        }
+        sync_cube();
+    }
+}
+
+#[cube]
+impl PairStream for AsyncCopy {
+    type State<F: Float, N: Size> = Shared<Barrier>;
+
+    fn init<F: Float, N: Size>(#[comptime] _shape: PairShape) -> Shared<Barrier> {
+        let barrier = Barrier::shared(CUBE_DIM, UNIT_POS == 0);
+        // Every unit sees the initialized barrier before arriving on it.
+        sync_cube();
+        barrier
+    }
+
+    fn start<F: Float, N: Size>(
+        _state: &mut Shared<Barrier>,
+        first: &Tensor<Vector<F, N>>,
+        first_view: &ChunkView,
+        second: &Tensor<Vector<F, N>>,
+        second_view: &ChunkView,
+        first_tile: &mut SharedMemory<Vector<F, N>>,
+        second_tile: &mut SharedMemory<Vector<F, N>>,
+        first_row: u32,
+        tile_row: u32,
+        #[comptime] shape: PairShape,
+    ) {
+        copy_rows_async::<F, N>(
+            first,
+            first_view,
+            first_tile,
+            first_row,
+            tile_row,
+            shape.rows,
+            shape.first_dim,
+            shape.units,
+        );
+        copy_rows_async::<F, N>(
+            second,
+            second_view,
+            second_tile,
+            first_row,
+            tile_row,
+            shape.rows,
+            shape.second_dim,
+            shape.units,
+        );
+    }
+
+    fn finish<F: Float, N: Size>(
+        state: &mut Shared<Barrier>,
+        _first_tile: &mut SharedMemory<Vector<F, N>>,
+        _second_tile: &mut SharedMemory<Vector<F, N>>,
+        _tile_row: u32,
+        _started: bool,
+        #[comptime] _shape: PairShape,
+    ) {
+        // The barrier's phase completes once every unit arrived and every copy it started
+        // landed (copies with nothing started complete at once).
+        state.commit_copy_async();
+        state.arrive_and_wait();
+    }
+}
+
+/// `cp.async` of rows `[first_row, first_row + rows)` of a chunked tensor (`dim` columns) into
+/// tile rows `[tile_row, ..)` of a padded tile: chunk `UNIT_POS + i * units` of the block per
+/// unit, as [`super::chunk_io::fetch_rows`] splits it. Rows past the tensor and the padding to
+/// the mma tile are zero-filled (a copy of 0 source bytes).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn copy_rows_async<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &ChunkView,
+    tile: &mut SharedMemory<Vector<F, N>>,
+    first_row: u32,
+    tile_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] dim: u32,
+    #[comptime] units: u32,
+) {
+    let chunks = comptime!(tile_chunks(dim));
+    let stride = comptime!(tile_stride(dim));
+    let cols = comptime!(dim / MMA_CHUNK);
+    let total = comptime!(rows * chunks);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let index = UNIT_POS + i * units;
+        if index < total {
+            let row = index / chunks;
+            let chunk = index % chunks;
+            let global_row = first_row + row;
+            let at = view.base + global_row as usize * view.row_stride + chunk as usize;
+            let len = select(global_row < view.rows && chunk < cols, 1usize, 0usize);
+            let to = ((tile_row + row) * stride + chunk) as usize;
+            copy_async_checked(
+                &tensor.slice(at, at + len),
+                &mut tile.slice_mut(to, to + 1),
+                MMA_CHUNK,
+            );
+        }
+    }
+}
