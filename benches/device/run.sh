@@ -40,9 +40,9 @@ for s in "$@"; do
       done ;;
     ptests)
       # The device suites at once (nvrtc compiles on 16 cores): forward (default blocks, and
-      # 32-row planes everywhere), backward, wave64 and conformance.
+      # 32-row planes everywhere), backward, wave64 and conformance (PTESTS picks some).
       start=$SECONDS
-      for run in forward forward-rows32 backward wave64 conformance; do
+      for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         case $run in
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
           conformance) cmd=("$BIN/conformance" --test-threads=1) ;;
@@ -52,7 +52,7 @@ for s in "$@"; do
          echo "== $run: exit $?, $((SECONDS - start)) s") &
       done
       wait
-      for run in forward forward-rows32 backward wave64 conformance; do
+      for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         echo "-- $run"; grep -E "^test result|FAILED|panicked" "$OUT/p-$run.log" | head -12
       done ;;
     vtests)

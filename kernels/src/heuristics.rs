@@ -125,7 +125,6 @@ fn precise_math(dtype: FloatKind) -> bool {
     dtype == FloatKind::F32
 }
 
-
 /// Checks that the device can hold the problem's element types at all.
 fn check_types(props: &DeviceProperties, problem: &AttentionProblem) -> Result<(), FlashError> {
     if !props.supports_type(elem_type(problem.dtype)) {
@@ -226,7 +225,11 @@ pub fn plan_forward(
             config.block_q,
             config.block_kv,
             config.kv_buffers,
-            if config.async_kv { " filled by cp.async" } else { "" },
+            if config.async_kv {
+                " filled by cp.async"
+            } else {
+                ""
+            },
             config.shared_memory_bytes(),
             props.hardware.max_shared_memory_size
         ),
@@ -369,7 +372,7 @@ fn mma_config(
         plane_rows,
         buffers: kv_buffers,
         async_copy,
-    } = mma_blocks::forward(problem.head_dim.max(problem.val_dim) as u32, problem.causal);
+    } = mma_blocks::forward(problem.causal);
     let config = FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,

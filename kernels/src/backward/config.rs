@@ -213,7 +213,11 @@ impl BackwardConfig {
                 BackwardKernel::KeyValue => 2 * self.buffers as usize * bq * F32_BYTES,
                 BackwardKernel::Query => 0,
             };
-            let barrier = if self.async_inner { ASYNC_BARRIER_BYTES } else { 0 };
+            let barrier = if self.async_inner {
+                ASYNC_BARRIER_BYTES
+            } else {
+                0
+            };
             return chunks * chunk_bytes + row_stats + barrier;
         }
         let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
@@ -241,7 +245,6 @@ pub struct BackwardPlan {
     pub reason: String,
 }
 
-
 /// Smallest block the planner starts from, however short the sequence: blocks of 1-4 rows
 /// leave most of a 128-unit cube idle and, at head_dim 128, spilled scalar registers on gfx942
 /// (docs/HIP.md, known gap 2). Smaller candidates remain for fitting wide heads.
@@ -268,7 +271,7 @@ pub fn plan_backward(
             buffers,
             async_copy,
             ..
-        } = mma_blocks::backward(problem.head_dim.max(problem.val_dim) as u32);
+        } = mma_blocks::backward();
         let outer = planes * MATRIX_TILE;
         let (block_q, block_kv) = match kernel {
             BackwardKernel::KeyValue => (inner, outer),
@@ -291,7 +294,11 @@ pub fn plan_backward(
                 "{kernel:?} kernel, mma path (16x8x16 {:?} register mma): block_q = {block_q}, \
                  block_kv = {block_kv}, {buffers} inner buffer(s){}, {} bytes of shared memory",
                 problem.dtype,
-                if config.async_inner { " filled by cp.async" } else { "" },
+                if config.async_inner {
+                    " filled by cp.async"
+                } else {
+                    ""
+                },
                 config.shared_memory_bytes()
             );
             return Ok(BackwardPlan { config, reason });

@@ -25,54 +25,51 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
     }
 }
 
-/// Head dims (the wider of head_dim and val_dim) up to this take the small-head defaults of
-/// both passes.
-const SMALL_HEAD: u32 = 64;
-
 /// The mma forward's blocks, unless
 /// `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers[,async]]]` overrides them (a
 /// benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv` keys per block,
-/// `buffers` shared-memory copies of the key/value block, `async` 1 to stream it by `cp.async`. The defaults are the
-/// fastest of one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`,
-/// benches/RESULTS.md 2026-11-30 fourth session) at the issues' two bar shapes, among 16- and
-/// 32-row planes, 32 and 64 keys, 1 and 2 buffers, 4 to 16 planes:
-/// - head_dim <= 64, not causal, at (64,12,1024,64): 4 x 64 keys, 32-row planes, 2 buffers:
-///   155.1 (4 x 64 x 32 x 1: 151.4; the previous 8 x 64 x 16 x 1: 119.8);
-/// - head_dim <= 64, causal: 8 x 32 keys, 16-row planes, 2 buffers: 96.2 (the others 88.6 to
-///   95.2: causal is limited elsewhere);
-/// - head_dim <= 128, at (16,16,2048,128): 4 x 32 keys, 32-row planes, 2 buffers: 180.6, causal
-///   147.6 (8 x 64 x 16 x 1: 178.4 / 136.6; 32-row planes with 64 keys spill there).
-/// 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
-pub(crate) fn forward(head_dim: u32, causal: bool) -> MmaBlocks {
-    from_env("BURN_FLASH_MMA").unwrap_or(match (head_dim <= SMALL_HEAD, causal) {
-        (true, false) => blocks(4, 64, 32, 2),
-        (true, true) => blocks(8, 32, 16, 2),
-        (false, _) => blocks(4, 32, 32, 2),
+/// `buffers` shared-memory copies of the key/value block, `async` 1 to stream it by `cp.async`
+/// (devices without `copy_async` stream through registers). The defaults are the fastest of
+/// one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`, benches/RESULTS.md
+/// 2026-11-30 fifth session, `tune-1.csv`) at the issues' two bar shapes, not causal / causal:
+/// - not causal: 4 planes of 32 rows, 64 keys, 2 buffers by cp.async: 190.9 at (64,12,1024,64),
+///   246.5 at (16,16,2048,128) (through registers, 4 x 64 x 32 x 2 at head_dim 64 and
+///   4 x 32 x 32 x 2 at 128: 151.1 / 197.5);
+/// - causal: 4 planes of 32 rows, 32 keys, 2 buffers by cp.async: 124.3 and 187.9 (through
+///   registers, 8 x 32 x 16 x 2 / 4 x 32 x 32 x 2: 100.2 / 154.4).
+///
+/// Through registers, 32-row planes spilled with 64 keys (the staged block costs 32 to 64
+/// registers); 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
+pub(crate) fn forward(causal: bool) -> MmaBlocks {
+    from_env("BURN_FLASH_MMA").unwrap_or(MmaBlocks {
+        async_copy: true,
+        ..if causal {
+            blocks(4, 32, 32, 2)
+        } else {
+            blocks(4, 64, 32, 2)
+        }
     })
 }
 
 /// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers[,async]]]`
 /// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
-/// rows per plane), rows of the inner (streamed) block, and its shared-memory buffers (1: each
-/// inner block loaded between two cube syncs; 2: the next one fetched into registers while
-/// this one computes and stored into the other buffer, one sync per block). The defaults are
-/// the fastest of two H200 tuning calls (bf16, forward + backward TFLOP/s at the issues' bar
-/// shapes, benches/RESULTS.md 2026-11-30 fourth session; runs of one config differ by up to
-/// ~7% between calls):
-/// - head_dim <= 64: 4 x 32, one buffer: 119.4 / 87.2 and 123.8 / 90.2 (non-causal / causal);
-///   two buffers 119.5 / 79.7 and 118.7 / 85.1; 8 x 32 x 2: 108.5 / 79.1 and 113.1 / 82.9;
-/// - head_dim <= 128: 8 x 32, two buffers: 137.6 / 105.9 and 143.1 / 115.6; 4 x 32 x 1: 126.1 /
-///   105.4 and 130.9 / 112.9; 4 x 32 x 2: 135.4 / 110.9 and 138.5 / 113.3.
-///
-/// 64-row inner blocks were slower everywhere (4 x 64 x 2: 85.0 / 67.6 / 72.3 / 65.1).
-/// The override takes 16-row planes only.
-pub(crate) fn backward(head_dim: u32) -> MmaBlocks {
+/// rows per plane), rows of the inner (streamed) block, its shared-memory buffers (1: each
+/// inner block loaded between two cube waits; 2: the next one started while this one
+/// computes, into the other buffer, one wait per block) and `async` 1 to stream it by
+/// `cp.async`. The default is the best balance of one H200 tuning call (bf16, forward +
+/// backward TFLOP/s with the forward at its previous defaults, benches/RESULTS.md 2026-11-30
+/// fifth session, `tune-1.csv`): 4 planes x 32 inner rows, one buffer, by cp.async: 139.0 /
+/// 98.6 at (64,12,1024,64) not causal / causal, 156.2 / 131.6 at (16,16,2048,128); 8 x 32 x 2
+/// by cp.async: 135.2 / 93.9 and 160.8 / 127.7; the previous defaults through registers
+/// (4 x 32 x 1 at head_dim 64, 8 x 32 x 2 at 128): 133.3 / 98.0 and 147.0 / 120.7.
+/// 64-row inner blocks were slower everywhere (fourth session). The override takes 16-row
+/// planes only.
+pub(crate) fn backward() -> MmaBlocks {
     from_env("BURN_FLASH_MMA_BWD")
         .filter(|blocks| blocks.plane_rows == TILE_M)
-        .unwrap_or(if head_dim <= SMALL_HEAD {
-            blocks(4, 32, TILE_M, 1)
-        } else {
-            blocks(8, 32, TILE_M, 2)
+        .unwrap_or(MmaBlocks {
+            async_copy: true,
+            ..blocks(4, 32, TILE_M, 1)
         })
 }
 
