@@ -177,6 +177,12 @@ fn main() {
     } else {
         &SHAPES
     };
+    // `--head-dim=D`: only the shapes of that head_dim (a device call has 10 minutes, and
+    // Burn's own rows at both bar shapes take about that long).
+    let head_dim = args.iter().find_map(|a| a.strip_prefix("--head-dim=")?.parse::<usize>().ok());
+    let shapes: Vec<[usize; 4]> =
+        shapes.iter().copied().filter(|s| head_dim.is_none_or(|d| s[3] == d)).collect();
+    let shapes = &shapes[..];
     let only = Only { flash: flag("--flash-only"), forward: flag("--fwd-only") };
     match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
         Some("memory") => memory(),

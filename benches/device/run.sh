@@ -99,7 +99,7 @@ for s in "$@"; do
     speed) step speed "$BIN/attention" speed ;;
     # Burn's own rows are slow (its training step at (16,16,2048,128) takes ~40 ms a call, at
     # N = 8192 seconds): 240 s cut both of these in the fourth session.
-    bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ;;
+    bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     tune)
