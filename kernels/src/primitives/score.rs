@@ -217,3 +217,35 @@ pub fn masked_dot<M: Int>(
         f32::new(MASKED_LOGIT),
     )
 }
+
+/// What the mma softmax keeps of entry `(row, col)`: with `fold_scale` the raw dot (or
+/// [`MASKED_LOGIT`]), otherwise the full [`score`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_input<F: Float, M: Int>(
+    dot: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    tensors: &ScoreTensors,
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    #[comptime] options: ScoreOptions,
+    #[comptime] masked_pass: bool,
+) -> f32 {
+    if comptime!(options.fold_scale) {
+        masked_dot::<M>(dot, row, col, params, tensors, mask, options, masked_pass)
+    } else {
+        score::<F, M>(
+            dot,
+            row,
+            col,
+            params,
+            tensors,
+            mask,
+            bias,
+            options,
+            masked_pass,
+        )
+    }
+}

@@ -8,7 +8,7 @@ use crate::primitives::mma::{
     A_REGS, ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a, quad_max, zero_accumulators,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
-use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, masked_dot, score};
+use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, softmax_input};
 
 /// The running state of this lane's query rows: rows `group` and `group + 8` of each of the
 /// plane's row tiles (`2 t` and `2 t + 1` for row tile `t`).
@@ -161,51 +161,28 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
         #[unroll]
         for e in 0..2u32 {
             let (at, column) = (e as usize, col + e);
-            if comptime!(fold) {
-                upper[at] = masked_dot::<M>(
-                    upper[at],
-                    top,
-                    column,
-                    params,
-                    tensors,
-                    mask,
-                    config.score,
-                    masked_pass,
-                );
-                lower[at] = masked_dot::<M>(
-                    lower[at],
-                    bottom,
-                    column,
-                    params,
-                    tensors,
-                    mask,
-                    config.score,
-                    masked_pass,
-                );
-            } else {
-                upper[at] = score::<F, M>(
-                    upper[at],
-                    top,
-                    column,
-                    params,
-                    tensors,
-                    mask,
-                    bias,
-                    config.score,
-                    masked_pass,
-                );
-                lower[at] = score::<F, M>(
-                    lower[at],
-                    bottom,
-                    column,
-                    params,
-                    tensors,
-                    mask,
-                    bias,
-                    config.score,
-                    masked_pass,
-                );
-            }
+            upper[at] = softmax_input::<F, M>(
+                upper[at],
+                top,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
+            lower[at] = softmax_input::<F, M>(
+                lower[at],
+                bottom,
+                column,
+                params,
+                tensors,
+                mask,
+                bias,
+                config.score,
+                masked_pass,
+            );
             top_max = max(top_max, upper[at]);
             bottom_max = max(bottom_max, lower[at]);
         }
