@@ -2,7 +2,8 @@
 //! [`crate::primitives::mma`] for the fragment layout), FlashAttention-2's Algorithm 2.
 //!
 //! Both kernels give each plane 16 rows of the outer block and keep its gradient accumulators
-//! in registers; the inner block streams through shared memory in 16-byte chunks.
+//! in registers; the inner block streams through shared memory in 16-byte chunks, by
+//! `cp.async` where the device has it ([`crate::primitives::pair_stream`]).
 //!
 //! dK/dV (outer: key/value rows, inner: query blocks). Per query block, for the plane's 16
 //! key rows, everything transposed so that the key row is the accumulator row:

@@ -1,21 +1,25 @@
 //! The mma forward path: FA-2's own recipe on register-level `mma` (see
 //! [`crate::primitives::mma`] for the fragment layout).
 //!
-//! One cube per (query block, batch * head), `block_q / 16` planes of 32 lanes; plane `w` owns
-//! query rows `[16w, 16w + 16)` of the block, lane `l` rows `group = l / 4` and `group + 8` of
-//! them. Per key/value block:
-//! 1. `S = Q K^T` into accumulators (Q's A fragments loaded once, K's B fragments by `ldmatrix`);
-//! 2. logits through [`score`], the online softmax of both rows on the accumulators (row maxima
-//!    over the four lanes of a row group by `plane_shuffle_xor`; row sums stay per lane until
-//!    the end), O rescaled by `alpha` in registers;
+//! One cube per (query block, batch * head), planes of 32 lanes; plane `w` owns one or two
+//! 16-row tiles of the block (16 or 32 rows per plane), lane `l` rows `group = l / 4` and
+//! `group + 8` of each tile. Per key/value block:
+//! 1. `S = Q K^T` into accumulators (Q's A fragments loaded once, K's B fragments by `ldmatrix`,
+//!    each feeding every row tile);
+//! 2. logits through [`crate::primitives::score::score`] (raw dots where the scale folds into the exp: `fold_scale`), the
+//!    online softmax of both rows on the accumulators (row maxima over the four lanes of a row
+//!    group by `plane_shuffle_xor`; row sums stay per lane until the end), O rescaled by
+//!    `alpha` in registers;
 //! 3. `O += P V`, P being the cast accumulators of step 1 (never leaving registers), V's B
 //!    fragments by transposing `ldmatrix`.
 //!
-//! The next block's K and V are fetched from global memory into registers (16-byte loads)
-//! while this block computes, then stored to shared memory: with one buffer between two cube
-//! syncs (every plane done reading the block before it is overwritten, and the new one
-//! visible); with two buffers (`config.kv_buffers`) into the other one, before a single sync
-//! (the block it overwrites was last read before the previous sync).
+//! The next block's K and V are started while this block computes
+//! ([`crate::primitives::pair_stream`]): by `cp.async` straight into the other of two buffers
+//! (`config.async_kv`, completed by one mbarrier wait per block), or through registers
+//! (16-byte loads) stored after the compute, with one buffer between two cube syncs (every
+//! plane done reading the block before it is overwritten, and the new one visible) or with
+//! two buffers (`config.kv_buffers`) into the other one before a single sync (the block it
+//! overwrites was last read before the previous sync).
 //!
 //! Needs (checked by `heuristics`): the manual MMA config, plane size 32, head_dim and
 //! val_dim multiples of 8 up to 128, and (checked by the launcher) q, k, v whose rows are
