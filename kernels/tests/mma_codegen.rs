@@ -84,8 +84,9 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         all_options(problem(FloatKind::BF16, 128, 128, 4096, 4096)),
     ];
     // The planned blocks, and the same block of queries with the other row tiling (16 <-> 32
-    // rows per plane), each with one and two key/value buffers
-    // (`BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers` picks any of them).
+    // rows per plane), each with one and two key/value buffers through registers and two
+    // filled by cp.async (`BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers,async` picks any
+    // of them).
     let with_both_tilings = cases.into_iter().flat_map(|case| {
         let plan = plan_forward(&props, &case, None).expect("planned");
         let other = FlashConfig {

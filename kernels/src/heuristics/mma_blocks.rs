@@ -74,12 +74,21 @@ pub(crate) fn backward() -> MmaBlocks {
 }
 
 /// A benchmarking override of an mma path's blocks:
-/// `VAR=planes,rows[,plane_rows[,buffers[,async]]]` with 1..=16 planes, rows a positive
-/// multiple of 16, plane_rows 16 (the default) or 32, buffers 1 (the default) or 2, async 0
-/// (the default) or 1 (anything else is ignored; the forward streams by cp.async with two
-/// buffers only).
+/// `VAR=planes,rows[,plane_rows[,buffers[,async]]]` (see [`parse`]); an invalid value is
+/// logged (`log::warn`) and ignored: the defaults apply.
 fn from_env(var: &str) -> Option<MmaBlocks> {
     let value = std::env::var(var).ok()?;
+    let blocks = parse(&value);
+    if blocks.is_none() {
+        log::warn!("{var}={value:?} is not planes,rows[,plane_rows[,buffers[,async]]]: ignored");
+    }
+    blocks
+}
+
+/// `planes,rows[,plane_rows[,buffers[,async]]]` with 1..=16 planes, rows a positive multiple
+/// of 16, plane_rows 16 (the default) or 32, buffers 1 (the default) or 2, async 0 (the
+/// default) or 1 (the forward streams by cp.async with two buffers only); `None` otherwise.
+fn parse(value: &str) -> Option<MmaBlocks> {
     let fields: Vec<u32> = value
         .split(',')
         .map(|field| field.trim().parse().ok())
@@ -103,4 +112,46 @@ fn from_env(var: &str) -> Option<MmaBlocks> {
         async_copy: async_copy == 1,
         ..blocks(planes, block_kv, plane_rows, buffers)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_two_to_five_fields_with_their_defaults() {
+        assert_eq!(parse("8,64"), Some(blocks(8, 64, 16, 1)));
+        assert_eq!(parse("4, 64, 32"), Some(blocks(4, 64, 32, 1)));
+        assert_eq!(parse("4,32,32,2"), Some(blocks(4, 32, 32, 2)));
+        assert_eq!(
+            parse("4,64,32,2,1"),
+            Some(MmaBlocks {
+                async_copy: true,
+                ..blocks(4, 64, 32, 2)
+            })
+        );
+        assert_eq!(parse("4,32,16,1,0"), Some(blocks(4, 32, 16, 1)));
+    }
+
+    #[test]
+    fn rejects_what_the_kernels_cannot_take() {
+        for value in [
+            "default",
+            "",
+            "4",
+            "0,64",
+            "17,64",
+            "4,0",
+            "4,24",
+            "4,64,8",
+            "4,64,48",
+            "4,64,16,3",
+            "4,64,16,2,2",
+            "4,64,16,2,1,0",
+            "4,-64",
+            "4,64,x",
+        ] {
+            assert_eq!(parse(value), None, "{value:?}");
+        }
+    }
 }
