@@ -219,7 +219,8 @@ pub fn plan_forward(
     let blocks = match path {
         ForwardPath::Mma => format!(
             "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s){}: the \
-             measured defaults (or BURN_FLASH_MMA), {} of {} bytes of shared memory",
+             measured defaults (or BURN_FLASH_MMA), smaller where those do not fit, {} of {} bytes \
+             of shared memory",
             config.num_planes(),
             config.mma_row_tiles() * MATRIX_ROWS_PER_PLANE,
             config.block_q,
@@ -366,14 +367,32 @@ fn mma_config(
             problem.dtype, problem.head_dim, problem.val_dim
         )));
     }
+    // The defaults were measured on an H200 (227 KiB of shared memory); smaller devices (about
+    // 100 KiB on consumer Ampere / Ada) take the largest smaller blocks that fit.
+    let mut blocks = Some(mma_blocks::forward(problem.causal));
+    while let Some(candidate) = blocks {
+        let config = mma_flash_config(props, problem, candidate);
+        if fits(props, &config) {
+            return Ok(config);
+        }
+        blocks = candidate.smaller();
+    }
+    Err(too_big(props, problem))
+}
+
+fn mma_flash_config(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    blocks: MmaBlocks,
+) -> FlashConfig {
     let MmaBlocks {
         planes,
         block_kv,
         plane_rows,
         buffers: kv_buffers,
         async_copy,
-    } = mma_blocks::forward(problem.causal);
-    let config = FlashConfig {
+    } = blocks;
+    FlashConfig {
         path: ForwardPath::Mma,
         block_q: planes * plane_rows,
         block_kv,
@@ -387,11 +406,6 @@ fn mma_config(
         async_kv: async_copy && kv_buffers == 2 && props.features.copy_async,
         dot: DotSum::Plain,
         score: problem.score_options(),
-    };
-    if fits(props, &config) {
-        Ok(config)
-    } else {
-        Err(too_big(props, problem))
     }
 }
 

@@ -59,12 +59,40 @@ fn h200_takes_the_mma_path_up_to_128_then_the_matrix_path() {
         (36, ForwardPath::Matrix),
         (256, ForwardPath::Matrix),
     ] {
-        assert_eq!(path(&props, FloatKind::F16, head_dim), expected, "{head_dim}");
-        assert_eq!(path(&props, FloatKind::BF16, head_dim), expected, "{head_dim}");
+        assert_eq!(
+            path(&props, FloatKind::F16, head_dim),
+            expected,
+            "{head_dim}"
+        );
+        assert_eq!(
+            path(&props, FloatKind::BF16, head_dim),
+            expected,
+            "{head_dim}"
+        );
         assert_eq!(
             path(&props, FloatKind::F32, head_dim),
             ForwardPath::Portable
         );
+    }
+}
+
+/// An Ampere / Ada card with 99 KiB of shared memory per cube keeps the mma path with smaller
+/// blocks (the H200 defaults, 64 keys in two buffers at head_dim 128, need about 104 KiB).
+#[test]
+fn mma_blocks_shrink_to_fit_99_kib_of_shared_memory() {
+    let client = common::client();
+    let mut props = h200(client.properties());
+    props.hardware.max_shared_memory_size = 99 * 1024;
+    for causal in [false, true] {
+        let case = AttentionProblem {
+            causal,
+            ..problem(FloatKind::BF16, 128)
+        };
+        let plan = plan_forward(&props, &case, None).expect("planned");
+        println!("causal {causal}: {}", plan.reason);
+        assert_eq!(plan.config.path, ForwardPath::Mma, "causal {causal}");
+        assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
+        assert_eq!(plan.config.block_kv, 32, "causal {causal}");
     }
 }
 

@@ -15,6 +15,34 @@ pub(crate) struct MmaBlocks {
     pub async_copy: bool,
 }
 
+impl MmaBlocks {
+    /// The next smaller blocks to try where these do not fit the device's shared memory: half
+    /// the streamed rows (down to 32), then one buffer (which streams through registers), then
+    /// 16-row planes (twice as many, the same query block); `None` below that.
+    pub(crate) fn smaller(self) -> Option<MmaBlocks> {
+        if self.block_kv > 2 * TILE_M {
+            Some(MmaBlocks {
+                block_kv: self.block_kv / 2,
+                ..self
+            })
+        } else if self.buffers == 2 {
+            Some(MmaBlocks {
+                buffers: 1,
+                async_copy: false,
+                ..self
+            })
+        } else if self.plane_rows == 2 * TILE_M && self.planes <= 8 {
+            Some(MmaBlocks {
+                planes: 2 * self.planes,
+                plane_rows: TILE_M,
+                ..self
+            })
+        } else {
+            None
+        }
+    }
+}
+
 const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> MmaBlocks {
     MmaBlocks {
         planes,
@@ -131,6 +159,30 @@ mod tests {
             })
         );
         assert_eq!(parse("4,32,16,1,0"), Some(blocks(4, 32, 16, 1)));
+    }
+
+    #[test]
+    fn smaller_blocks_shrink_the_stream_then_the_buffers_then_the_planes() {
+        let async_blocks = MmaBlocks {
+            async_copy: true,
+            ..blocks(4, 64, 32, 2)
+        };
+        let mut chain = vec![async_blocks];
+        while let Some(next) = chain.last().unwrap().smaller() {
+            chain.push(next);
+        }
+        assert_eq!(
+            chain,
+            [
+                async_blocks,
+                MmaBlocks {
+                    block_kv: 32,
+                    ..async_blocks
+                },
+                blocks(4, 32, 32, 1),
+                blocks(8, 32, 16, 1),
+            ]
+        );
     }
 
     #[test]
