@@ -10,8 +10,10 @@
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
-# mma forward (BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers) and backward
-# (BURN_FLASH_MMA_BWD=planes,inner,16,buffers).
+# mma forward (BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers,async) and backward
+# (BURN_FLASH_MMA_BWD=planes,inner,16,buffers,async; "default" = the binary's defaults).
+# bar: ours and Burn's rows at the bar shapes; BAR_ARGS=--head-dim=64 (or 128) takes one shape
+# (both with Burn's rows take about 290 s). PTESTS picks ptests' suites.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=/tmp/flash-bin
