@@ -12,7 +12,6 @@ use crate::error::FlashError;
 use crate::primitives::dot::DotSum;
 use crate::primitives::mma::{LANES, TILE_M, TILE_N};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
-use mma_blocks::MmaBlocks;
 
 pub(crate) mod mma_blocks;
 
@@ -371,42 +370,13 @@ fn mma_config(
     // 100 KiB on consumer Ampere / Ada) take the largest smaller blocks that fit.
     let mut blocks = Some(mma_blocks::forward(problem.causal));
     while let Some(candidate) = blocks {
-        let config = mma_flash_config(props, problem, candidate);
+        let config = candidate.forward_config(props, problem);
         if fits(props, &config) {
             return Ok(config);
         }
         blocks = candidate.smaller();
     }
     Err(too_big(props, problem))
-}
-
-fn mma_flash_config(
-    props: &DeviceProperties,
-    problem: &AttentionProblem,
-    blocks: MmaBlocks,
-) -> FlashConfig {
-    let MmaBlocks {
-        planes,
-        block_kv,
-        plane_rows,
-        buffers: kv_buffers,
-        async_copy,
-    } = blocks;
-    FlashConfig {
-        path: ForwardPath::Mma,
-        block_q: planes * plane_rows,
-        block_kv,
-        head_dim: problem.head_dim as u32,
-        val_dim: problem.val_dim as u32,
-        units_per_row: MMA_PLANE_SIZE / plane_rows,
-        plane_size: MMA_PLANE_SIZE,
-        elem_bytes: problem.dtype.size() as u32,
-        precise_math: false,
-        kv_buffers,
-        async_kv: async_copy && kv_buffers == 2 && props.features.copy_async,
-        dot: DotSum::Plain,
-        score: problem.score_options(),
-    }
 }
 
 fn fits(props: &DeviceProperties, config: &FlashConfig) -> bool {

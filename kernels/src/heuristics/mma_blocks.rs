@@ -1,6 +1,12 @@
 //! Block sizes of the register-level mma kernels (forward and backward): the defaults measured
 //! on the H200, and the `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD` benchmarking overrides.
+use cubecl::ir::DeviceProperties;
+
+use super::MMA_PLANE_SIZE;
+use crate::config::{FlashConfig, ForwardPath};
+use crate::primitives::dot::DotSum;
 use crate::primitives::mma::TILE_M;
+use crate::problem::AttentionProblem;
 
 /// Blocks of the mma path: `planes` planes per cube of `plane_rows` query rows (16 or 32),
 /// `block_kv` key/value rows per block (the backward's inner block), `buffers` (1 or 2)
@@ -16,6 +22,30 @@ pub(crate) struct MmaBlocks {
 }
 
 impl MmaBlocks {
+    /// The mma forward's config for these blocks (`async_copy` only with two buffers on a
+    /// device with `copy_async`).
+    pub(crate) fn forward_config(
+        self,
+        props: &DeviceProperties,
+        problem: &AttentionProblem,
+    ) -> FlashConfig {
+        FlashConfig {
+            path: ForwardPath::Mma,
+            block_q: self.planes * self.plane_rows,
+            block_kv: self.block_kv,
+            head_dim: problem.head_dim as u32,
+            val_dim: problem.val_dim as u32,
+            units_per_row: MMA_PLANE_SIZE / self.plane_rows,
+            plane_size: MMA_PLANE_SIZE,
+            elem_bytes: problem.dtype.size() as u32,
+            precise_math: false,
+            kv_buffers: self.buffers,
+            async_kv: self.async_copy && self.buffers == 2 && props.features.copy_async,
+            dot: DotSum::Plain,
+            score: problem.score_options(),
+        }
+    }
+
     /// The next smaller blocks to try where these do not fit the device's shared memory: half
     /// the streamed rows (down to 32), then one buffer (which streams through registers), then
     /// 16-row planes (twice as many, the same query block); `None` below that.

@@ -13,8 +13,8 @@ use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors};
 use crate::problem::AttentionProblem;
 
+use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::backward::block_pair::row_stat;
 use crate::backward::config::{BackwardConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
 
@@ -269,50 +269,6 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         1.0f32,
         config.val_dim,
     );
-}
-
-/// The lse and delta of one query row, on their way to the stats tiles.
-#[derive(CubeType, Clone, Copy)]
-struct QueryStats {
-    lse: f32,
-    delta: f32,
-}
-
-/// The lse and delta of query row `q_start + UNIT_POS` for the units that own a row of the
-/// block (0 elsewhere and past seq_q).
-#[cube]
-fn fetch_stats(
-    lse: &Tensor<f32>,
-    delta: &Tensor<f32>,
-    batch: u32,
-    head: u32,
-    q_start: u32,
-    #[comptime] config: BackwardConfig,
-) -> QueryStats {
-    let mut stats = QueryStats {
-        lse: 0.0f32,
-        delta: 0.0f32,
-    };
-    if UNIT_POS < config.block_q {
-        stats.lse = row_stat(lse, batch, head, q_start + UNIT_POS);
-        stats.delta = row_stat(delta, batch, head, q_start + UNIT_POS);
-    }
-    stats
-}
-
-/// Stores what [`fetch_stats`] read into the stats tiles, from tile row `tile_row` on.
-#[cube]
-fn store_stats(
-    lse_tile: &mut SharedMemory<f32>,
-    delta_tile: &mut SharedMemory<f32>,
-    tile_row: u32,
-    stats: &QueryStats,
-    #[comptime] config: BackwardConfig,
-) {
-    if UNIT_POS < config.block_q {
-        lse_tile[(tile_row + UNIT_POS) as usize] = stats.lse;
-        delta_tile[(tile_row + UNIT_POS) as usize] = stats.delta;
-    }
 }
 
 /// One query block (starting at `q_start`, held from row `tile_row` of the inner tiles) of the

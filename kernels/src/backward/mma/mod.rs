@@ -32,6 +32,7 @@ use super::config::{BackwardConfig, BackwardKernel};
 
 mod dkdv;
 mod dq;
+mod query_stats;
 
 pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
 pub use dq::{dq_mma_kernel, flash_attention_backward_dq_mma};
