@@ -3,6 +3,7 @@
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
+use crate::forward::rows_in_vectors;
 use crate::problem::{AttentionProblem, FloatKind};
 
 /// Rows per cube, one unit per row: 4 planes of 32, 2 waves of 64, 16 lavapipe planes.
@@ -46,8 +47,8 @@ pub fn flash_attention_backward_preprocess<R: Runtime, F: Float + CubeElement>(
     Ok(())
 }
 
-/// The widest load of the device that reads whole rows of every tensor (contiguous rows, every
-/// other stride and the offset multiples of it): one unit then issues `val_dim / width` loads a
+/// The widest load of the device that reads whole rows of every tensor (see
+/// [`rows_in_vectors`]; 1 where none does): one unit then issues `val_dim / width` loads a
 /// row instead of `val_dim` scalar ones, the summation order unchanged.
 fn row_vector_size<R: Runtime>(
     client: &ComputeClient<R>,
@@ -56,16 +57,7 @@ fn row_vector_size<R: Runtime>(
 ) -> usize {
     client
         .io_optimized_vector_sizes(dtype.size())
-        .find(|&width| {
-            tensors.iter().all(|t| {
-                let strides = t.strides.as_ref();
-                strides.len() == 4
-                    && (width == 1 || strides[3] == 1)
-                    && t.shape.as_ref()[3] % width == 0
-                    && strides[..3].iter().all(|s| s % width == 0)
-                    && t.handle.offset_start.unwrap_or(0) % (width * dtype.size()) as u64 == 0
-            })
-        })
+        .find(|&width| rows_in_vectors(dtype, width, tensors))
         .unwrap_or(1)
 }
 

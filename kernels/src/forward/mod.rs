@@ -65,7 +65,11 @@ pub fn plan<R: Runtime>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
 ) -> Result<ForwardPlan, FlashError> {
-    plan_forward(&planning_properties(client.properties(), R::name(client)), problem, None)
+    plan_forward(
+        &planning_properties(client.properties(), R::name(client)),
+        problem,
+        None,
+    )
 }
 
 /// Runs the FlashAttention-2 forward pass, path chosen by the heuristics.
@@ -97,10 +101,7 @@ pub fn flash_attention_forward_on<R: Runtime>(
 ) -> Result<ForwardLaunch, FlashError> {
     check_shapes(problem, &tensors)?;
     let props = planning_properties(client.properties(), R::name(client));
-    let ForwardPlan {
-        config,
-        mut reason,
-    } = plan_forward(&props, problem, path)?;
+    let ForwardPlan { config, mut reason } = plan_forward(&props, problem, path)?;
     // The mma path loads rows in 16-byte chunks; views that do not allow it (a strided last
     // dimension, an odd offset) take the matrix path, which reads any strides.
     let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v]);
@@ -116,8 +117,7 @@ pub fn flash_attention_forward_on<R: Runtime>(
         }
         (ForwardPath::Mma, false, Some(_)) => {
             return Err(FlashError::Device(
-                "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks"
-                    .into(),
+                "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks".into(),
             ));
         }
         _ => config,
@@ -228,10 +228,18 @@ impl<R: Runtime> Launch<'_, R> {
 }
 
 /// Whether every tensor can be read in chunks of [`MMA_CHUNK`] elements (what the mma paths
-/// load): contiguous rows of a whole number of chunks, every other stride and the offset
-/// multiples of a chunk.
+/// load).
 pub(crate) fn chunked_rows<R: Runtime>(dtype: FloatKind, tensors: &[&TensorBinding<R>]) -> bool {
-    let chunk = MMA_CHUNK as usize;
+    rows_in_vectors(dtype, MMA_CHUNK as usize, tensors)
+}
+
+/// Whether every tensor can be read in vectors of `chunk` elements: contiguous rows of a whole
+/// number of vectors, every other stride and the offset multiples of a vector.
+pub(crate) fn rows_in_vectors<R: Runtime>(
+    dtype: FloatKind,
+    chunk: usize,
+    tensors: &[&TensorBinding<R>],
+) -> bool {
     let chunk_bytes = (chunk * dtype.size()) as u64;
     tensors.iter().all(|t| {
         let strides = t.strides.as_ref();
