@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the two CUDA bf16 release binaries of the H200 run (fallback, flash) and packs them,
-# stripped and gzipped, into .carry/bin/ with the anchor and the text (see ../README.md).
+# Runs here (needs Rust, apt-get for the text, and ../shared/anchors): builds the two CUDA bf16
+# release binaries of the GPT run (fallback, flash) and packs them, stripped and gzipped, into
+# .carry/bin/ with the anchor and the text, for run_h200.sh (see scripts/device/README.md).
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 [ -f .carry/data/fortunes.txt ] || examples/gpt/scripts/fetch_fortunes.sh
 mkdir -p .carry/bin .carry/anchors
 cp ../shared/anchors/torch_gpt.py .carry/anchors/

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine, which has CUDA and PyTorch but no Rust: the binaries are built
-# here, stripped and gzipped into .carry/bin/ (see benches/device/pack.sh), the anchors copied to
+# here, stripped and gzipped into .carry/bin/ (see scripts/device/pack.sh), the anchors copied to
 # .carry/anchors/. Every step writes its full output under $OUT and prints a short tail.
 #
-#   benches/device/run.sh STEP...
+#   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | tune
 #         | profile | sanitize
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
@@ -100,7 +100,7 @@ for s in "$@"; do
     quick) step quick "$BIN/attention" speed --quick ;;
     speed) step speed "$BIN/attention" speed ;;
     # Burn's own rows are slow (its training step at (16,16,2048,128) takes ~40 ms a call, at
-    # N = 8192 seconds): 240 s cut both of these in the fourth session.
+    # N = 8192 seconds): a 240 s limit cut both of these on 2026-11-30 (H200, 0af16f3).
     bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;

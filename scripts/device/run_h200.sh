@@ -3,19 +3,26 @@
 # bytes, bf16, same seed and data, trained by the flash binary and by the fallback binary, then
 # PyTorch's GPT-2 anchor. CSVs and logs go to $OUT.
 #
-# Carry `.carry` (built here, see examples/gpt/README.md):
+# Carry `.carry` (built here by scripts/device/pack_gpt.sh, see scripts/device/README.md):
 #   .carry/bin/flash-gpt-{flash,fallback}.gz   stripped, gzip-compressed CUDA bf16 release builds
 #   .carry/data/fortunes.txt                   examples/gpt/scripts/fetch_fortunes.sh
-#   .carry/anchors/torch_gpt.py                copied from shared/anchors
+#   .carry/anchors/torch_gpt.py                copied from ../shared/anchors
 #
-# Usage: examples/gpt/run_h200.sh [PHASE...]   phases: flash fallback torch compare (default: all)
+# Usage: scripts/device/run_h200.sh [PHASE...]   phases: flash fallback torch compare (default: all)
+# DATA (default .carry/data/fortunes.txt) and OUT (default out/ in the repository root): a
+# relative path given is relative to the directory the script is called from.
 # The device allows 10 minutes per command: run phases in separate calls if one call is too short.
 # Each phase is cut at PHASE_TIMEOUT seconds; a cut run keeps the CSV rows it had written.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
 
-carry=.carry
-out="${OUT:-out}"
+# Absolute paths before any cd: the training phase runs in a temporary directory.
+[ -z "${DATA:-}" ] || DATA="$(realpath -m -- "$DATA")"
+[ -z "${OUT:-}" ] || OUT="$(realpath -m -- "$OUT")"
+cd "$(dirname "$0")/../.."
+root="$PWD"
+
+carry="$root/.carry"
+out="${OUT:-$root/out}"
 steps="${STEPS:-300}"
 batch="${BATCH:-16}"
 seed="${SEED:-0}"
@@ -43,9 +50,9 @@ train() {
   work="$(mktemp -d)"
   # The PTX of every compiled kernel is cached under target/ (kept between calls on a warm
   # machine): a later phase or call compiles only what no earlier one did.
-  mkdir -p target/gpt-ptx-cache
+  mkdir -p "$root/target/gpt-ptx-cache"
   printf '[compilation]\ncache = { file = "%s" }\n\n[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
-    "$(realpath target/gpt-ptx-cache)" "$(realpath "$out")/$variant-compiled.log" >"$work/cubecl.toml"
+    "$root/target/gpt-ptx-cache" "$out/$variant-compiled.log" >"$work/cubecl.toml"
   (
     while sleep 10; do
       echo "$(date +%T) compiled $(grep -c . "$out/$variant-compiled.log" 2>/dev/null || echo 0)" \
@@ -54,8 +61,8 @@ train() {
   ) >"$out/$variant-progress.txt" &
   local sampler=$!
   (cd "$work" && timeout "$phase_timeout" "$bin/flash-gpt-$variant" train --preset gpt2-small \
-    --batch "$batch" --steps "$steps" --seed "$seed" --data "$(realpath "$data")" \
-    --csv "$(realpath "$out")/$variant.csv" --quiet) 2>&1 | tee "$out/$variant.log"
+    --batch "$batch" --steps "$steps" --seed "$seed" --data "$data" \
+    --csv "$out/$variant.csv" --quiet) 2>&1 | tee "$out/$variant.log"
   local status=${PIPESTATUS[0]}
   kill "$sampler" 2>/dev/null
   rm -rf "$work"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the CUDA release binaries the device run needs and packs them (stripped, gzipped) into
-# .carry/bin/, with the anchors into .carry/anchors/, under the 64 MiB a device call may carry.
+# Runs here (needs Rust and ../shared/anchors): builds the CUDA release binaries that run.sh,
+# regs.sh and sass.sh need and packs them (stripped, gzipped) into .carry/bin/, with the anchors
+# into .carry/anchors/, under the 64 MiB a device call may carry. See scripts/device/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .carry/bin .carry/anchors
