@@ -7,7 +7,12 @@
 //!     [--bar] [--flash-only] [--fwd-only]
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
-//! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs).
+//! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs);
+//! `--shape=B,H,N,D` (repeatable): these shapes instead; `--head-dim=D`: only that head_dim.
+//! Tuning (the planner's explicit overrides, `burn_flash_attn::set_tuning`):
+//! `--mma=planes,rows[,plane_rows[,buffers[,async]]]` for the mma forward's blocks and
+//! `--mma-bwd=...` for the mma backward's; `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD` in the
+//! environment are read as the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
@@ -166,11 +171,46 @@ fn memory() {
     }
 }
 
+/// The mma blocks of `--{flag}=...`, else of the environment variable `var`.
+fn blocks_arg(args: &[String], flag: &str, var: &str) -> Option<burn_flash_attn::kernels::plan::MmaBlocks> {
+    let value = args
+        .iter()
+        .find_map(|a| a.strip_prefix(&format!("--{flag}=")).map(str::to_string))
+        .or_else(|| std::env::var(var).ok())?;
+    match value.parse() {
+        Ok(blocks) => Some(blocks),
+        Err(error) => {
+            eprintln!("--{flag} / {var}: {error}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// `B,H,N,D`.
+fn parse_shape(text: &str) -> Option<[usize; 4]> {
+    let dims: Vec<usize> = text.split(',').map(|d| d.trim().parse().ok()).collect::<Option<_>>()?;
+    dims.try_into().ok()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
+    let tuning = burn_flash_attn::Tuning::default()
+        .with_forward_mma(blocks_arg(&args, "mma", "BURN_FLASH_MMA"))
+        .with_backward_mma(blocks_arg(&args, "mma-bwd", "BURN_FLASH_MMA_BWD"));
+    if tuning != burn_flash_attn::Tuning::default() {
+        eprintln!("tuning: {tuning:?}");
+    }
+    burn_flash_attn::set_tuning(tuning);
     let bar = [SHAPES[0], SHAPES[3]];
-    let shapes: &[[usize; 4]] = if flag("--quick") {
+    let given: Vec<[usize; 4]> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--shape="))
+        .map(|s| parse_shape(s).unwrap_or_else(|| panic!("--shape={s}: expected B,H,N,D")))
+        .collect();
+    let shapes: &[[usize; 4]] = if !given.is_empty() {
+        &given
+    } else if flag("--quick") {
         &SHAPES[..1]
     } else if flag("--bar") {
         &bar

@@ -10,7 +10,8 @@ use burn_backend::{
     ops::{AttentionModuleOptions, attention::attention_fallback},
     tensor::{BoolTensor, Device, FloatTensor},
 };
-use burn_flash_attn_kernels::{AttentionProblem, FlashError};
+use burn_flash_attn_kernels::plan::{BackwardPlan, ForwardPlan};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, Passes, Plan};
 
 use crate::routing::{AttentionCall, Route, route};
 
@@ -43,20 +44,23 @@ pub struct AttentionGrads<B: Backend> {
 
 /// Kernel entry points of a backend.
 pub trait FlashKernels: Backend {
-    /// Whether the device can run `problem` on the kernels, and on which path (with why).
-    /// Decided from metadata before anything is scheduled: a fusion custom op cannot fall back
-    /// once it is in the stream.
-    fn flash_support(device: &Device<Self>, problem: &AttentionProblem) -> Result<String, FlashError>;
+    /// The plan of `passes` of `problem` on `device` (paths, blocks and why), with the
+    /// process's [`crate::tuning`]. Made from metadata before anything is scheduled: a fusion
+    /// custom op cannot fall back once it is in the stream. The plan assumes inputs whose rows
+    /// are contiguous 16-byte chunks; the launches copy a view that is not (a transposed last
+    /// dimension, an odd offset) to contiguous first where the plan's kernels need it.
+    fn flash_plan(device: &Device<Self>, problem: &AttentionProblem, passes: Passes) -> Result<Plan, FlashError>;
 
-    /// Forward pass, for a problem `flash_support` accepted.
-    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem) -> SavedForward<Self>;
+    /// Forward pass, as `plan` (from [`FlashKernels::flash_plan`] for `problem`) says.
+    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem, plan: &ForwardPlan) -> SavedForward<Self>;
 
-    /// Backward pass: gradients of `sum(out * grad_out)` for a problem `flash_support` accepted.
+    /// Backward pass: gradients of `sum(out * grad_out)`, as `plan` says.
     fn flash_backward(
         inputs: AttentionInputs<Self>,
         saved: SavedForward<Self>,
         grad_out: FloatTensor<Self>,
         problem: AttentionProblem,
+        plan: &BackwardPlan,
     ) -> AttentionGrads<Self>;
 }
 
@@ -91,10 +95,10 @@ impl<B: FlashKernels> FlashAttention for B {
             options: &options,
             bias_requires_grad: false,
         };
-        match route(&call, |problem| B::flash_support(&device, problem)) {
-            Route::Kernel { problem, .. } => {
+        match route(&call, Passes::Forward, |problem, passes| B::flash_plan(&device, problem, passes)) {
+            Route::Kernel { problem, plan } => {
                 let inputs = AttentionInputs { query, key, value, mask, attn_bias };
-                B::flash_forward(inputs, problem).out
+                B::flash_forward(inputs, problem, &plan.forward).out
             }
             Route::Fallback { .. } => {
                 attention_fallback::<B>(query, key, value, mask, attn_bias, options)

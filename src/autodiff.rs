@@ -13,7 +13,8 @@ use burn_backend::{
     ops::{AttentionModuleOptions, attention::attention_fallback},
     tensor::{BoolTensor, FloatTensor},
 };
-use burn_flash_attn_kernels::AttentionProblem;
+use burn_flash_attn_kernels::plan::BackwardPlan;
+use burn_flash_attn_kernels::{AttentionProblem, Passes};
 
 use crate::attention::{AttentionInputs, FlashAttention, FlashKernels, SavedForward};
 use crate::routing::{AttentionCall, Route, route};
@@ -32,6 +33,8 @@ struct FlashAttentionState<B: FlashKernels> {
     attn_bias: Option<FloatTensor<B>>,
     saved: SavedForward<B>,
     problem: AttentionProblem,
+    /// The backward half of the plan the router made before the forward ran.
+    plan: BackwardPlan,
 }
 
 impl<B: FlashKernels> Backward<B, 3> for FlashAttentionBackward {
@@ -53,7 +56,7 @@ impl<B: FlashKernels> Backward<B, 3> for FlashAttentionBackward {
             mask: state.mask,
             attn_bias: state.attn_bias,
         };
-        let d = B::flash_backward(inputs, state.saved, grad_out, state.problem);
+        let d = B::flash_backward(inputs, state.saved, grad_out, state.problem, &state.plan);
         for (node, grad) in [(node_query, d.query), (node_key, d.key), (node_value, d.value)] {
             if let Some(node) = node {
                 grads.register::<B>(node.id, grad);
@@ -81,7 +84,11 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
             options: &options,
             bias_requires_grad: attn_bias.as_ref().is_some_and(|b| !b.node.requirement.is_none()),
         };
-        let Route::Kernel { problem, .. } = route(&call, |p| B::flash_support(&device, p)) else {
+        // Training plans the backward before the forward runs; a call no gradient flows
+        // through (all of q, k, v constants) plans the forward alone.
+        let tracked = [&query, &key, &value].iter().any(|t| !t.node.requirement.is_none());
+        let passes = if tracked { Passes::ForwardBackward } else { Passes::Forward };
+        let Route::Kernel { problem, plan } = route(&call, passes, |p, passes| B::flash_plan(&device, p, passes)) else {
             return attention_fallback::<Self>(query, key, value, mask, attn_bias, options);
         };
         let bias = attn_bias.map(|b| b.primitive);
@@ -100,10 +107,11 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
                     mask: mask.clone(),
                     attn_bias: bias.clone(),
                 };
-                let saved = B::flash_forward(inputs, problem);
+                let saved = B::flash_forward(inputs, problem, &plan.forward);
                 let out = saved.out.clone();
                 let [query, key, value] = ids;
-                let state = FlashAttentionState { query, key, value, mask, attn_bias: bias, saved, problem };
+                let plan = plan.backward.expect("a tracked call is planned with its backward");
+                let state = FlashAttentionState { query, key, value, mask, attn_bias: bias, saved, problem, plan };
                 prep.finish(state, out)
             }
             OpsKind::UnTracked(prep) => {
@@ -114,7 +122,7 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
                     mask,
                     attn_bias: bias,
                 };
-                prep.finish(B::flash_forward(inputs, problem).out)
+                prep.finish(B::flash_forward(inputs, problem, &plan.forward).out)
             }
         }
     }

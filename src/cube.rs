@@ -1,13 +1,17 @@
-//! `FlashKernels` for `CubeBackend`: launches the CubeCL kernels on the backend's own buffers.
+//! `FlashKernels` for `CubeBackend`: plans on the device's properties and launches the CubeCL
+//! kernels on the backend's own buffers.
 use burn_backend::{DType, Shape, TensorMetadata, tensor::{Device, FloatTensor}};
 use burn_cubecl::{
-    BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement, ops::numeric::empty_device_dtype,
+    BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement,
+    kernel::into_contiguous,
+    ops::numeric::empty_device_dtype,
     tensor::CubeTensor,
 };
 use burn_flash_attn_kernels::{
-    AttentionProblem, FlashError,
-    backward::{self, BackwardKernel, BackwardTensors},
+    AttentionProblem, DeviceCaps, FlashError, FloatKind, Layout, Passes, Plan,
+    backward::{self, BackwardTensors},
     forward::{self, ForwardTensors},
+    plan::{BackwardPlan, ForwardPlan},
 };
 
 use crate::attention::{AttentionGrads, AttentionInputs, FlashKernels, SavedForward};
@@ -17,6 +21,18 @@ fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: Shape, dtype: DType) 
     empty_device_dtype(like.client.clone(), like.device.clone(), shape, dtype)
 }
 
+/// `tensor` as the plan's kernels read it: views whose rows are not contiguous 16-byte chunks
+/// (a transposed last dimension, an odd offset) are copied to contiguous where the kernels load
+/// chunks, an O(N) copy like the one FlashAttention-2 makes of such inputs; others as they are
+/// (a stride-0 `expand` broadcast stays in place).
+fn as_planned<R: CubeRuntime>(tensor: CubeTensor<R>, dtype: FloatKind, chunks: bool) -> CubeTensor<R> {
+    if chunks && !Layout::of(dtype, &[&tensor.clone().binding()]).rows_chunked {
+        into_contiguous(tensor)
+    } else {
+        tensor
+    }
+}
+
 impl<R, F, I, BT> FlashKernels for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
@@ -24,33 +40,31 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    fn flash_support(device: &Device<Self>, problem: &AttentionProblem) -> Result<String, FlashError> {
+    fn flash_plan(device: &Device<Self>, problem: &AttentionProblem, passes: Passes) -> Result<Plan, FlashError> {
         let client = R::client(device);
-        let forward = forward::plan(&client, problem)?;
-        let props = client.properties();
-        let dkdv = backward::plan_backward(props, problem, BackwardKernel::KeyValue)?;
-        let dq = backward::plan_backward(props, problem, BackwardKernel::Query)?;
-        Ok(format!("forward: {}; dk/dv: {}; dq: {}", forward.reason, dkdv.reason, dq.reason))
+        burn_flash_attn_kernels::plan(problem, &DeviceCaps::of(&client), Layout::CHUNKED, &crate::tuning(), passes)
     }
 
-    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem) -> SavedForward<Self> {
-        let q = &inputs.query;
+    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem, plan: &ForwardPlan) -> SavedForward<Self> {
+        let chunks = plan.needs_chunked_rows();
+        let [q, k, v] = [inputs.query, inputs.key, inputs.value].map(|t| as_planned(t, problem.dtype, chunks));
         let [batch, heads, seq_q] = [problem.batch, problem.num_heads, problem.seq_q];
-        let out = empty_like(q, Shape::new([batch, heads, seq_q, problem.val_dim]), q.dtype());
-        let lse = empty_like(q, Shape::new([batch, heads, seq_q]), DType::F32);
+        let out = empty_like(&q, Shape::new([batch, heads, seq_q, problem.val_dim]), q.dtype());
+        let lse = empty_like(&q, Shape::new([batch, heads, seq_q]), DType::F32);
         let client = q.client.clone();
         let tensors = ForwardTensors {
-            q: inputs.query.binding(),
-            k: inputs.key.binding(),
-            v: inputs.value.binding(),
+            q: q.binding(),
+            k: k.binding(),
+            v: v.binding(),
             mask: inputs.mask.map(CubeTensor::binding),
             bias: inputs.attn_bias.map(CubeTensor::binding),
             o: out.clone().binding(),
             lse: lse.clone().binding(),
         };
-        // `flash_support` ran the same planning: an error here is a bug of this crate.
-        forward::flash_attention_forward(&client, &problem, tensors)
-            .unwrap_or_else(|err| panic!("flash forward failed after planning succeeded: {err}"));
+        // The router planned this problem on this device and the inputs were laid out for the
+        // plan: an error here is a bug of this crate.
+        forward::flash_attention_forward(&client, &problem, plan, tensors)
+            .unwrap_or_else(|err| panic!("flash forward refused its own plan ({plan}): {err}"));
         SavedForward { out, lse }
     }
 
@@ -59,15 +73,19 @@ where
         saved: SavedForward<Self>,
         grad_out: FloatTensor<Self>,
         problem: AttentionProblem,
+        plan: &BackwardPlan,
     ) -> AttentionGrads<Self> {
+        let chunks = plan.needs_chunked_rows();
         let [dq, dk, dv] = [&inputs.query, &inputs.key, &inputs.value].map(|t| empty_like(t, t.shape(), t.dtype()));
-        let client = inputs.query.client.clone();
+        let [q, k, v, d_out] =
+            [inputs.query, inputs.key, inputs.value, grad_out].map(|t| as_planned(t, problem.dtype, chunks));
+        let client = q.client.clone();
         let tensors = BackwardTensors {
-            q: inputs.query.binding(),
-            k: inputs.key.binding(),
-            v: inputs.value.binding(),
+            q: q.binding(),
+            k: k.binding(),
+            v: v.binding(),
             o: saved.out.binding(),
-            d_out: grad_out.binding(),
+            d_out: d_out.binding(),
             lse: saved.lse.binding(),
             mask: inputs.mask.map(CubeTensor::binding),
             bias: inputs.attn_bias.map(CubeTensor::binding),
@@ -75,8 +93,8 @@ where
             dk: dk.clone().binding(),
             dv: dv.clone().binding(),
         };
-        backward::flash_attention_backward(&client, &problem, tensors)
-            .unwrap_or_else(|err| panic!("flash backward failed after planning succeeded: {err}"));
+        backward::flash_attention_backward(&client, &problem, plan, tensors)
+            .unwrap_or_else(|err| panic!("flash backward refused its own plan ({plan}): {err}"));
         AttentionGrads { query: dq, key: dk, value: dv }
     }
 }

@@ -5,7 +5,8 @@
 use core::marker::PhantomData;
 
 use burn_backend::{DType, Shape, TensorMetadata, tensor::{Device, FloatTensor}};
-use burn_flash_attn_kernels::{AttentionProblem, FlashError};
+use burn_flash_attn_kernels::plan::{BackwardPlan, ForwardPlan};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, Passes, Plan};
 use burn_fusion::{
     Fusion, FusionBackend, FusionRuntime,
     stream::{Operation, OperationStreams},
@@ -46,13 +47,13 @@ impl Optionals {
     }
 }
 
-/// Which kernels a [`FlashOp`] runs.
-#[derive(Debug, Clone, Copy)]
+/// Which kernels a [`FlashOp`] runs, with the plan the router made for them.
+#[derive(Debug, Clone)]
 enum Pass {
     /// Inputs q, k, v, [mask], [bias]; outputs o, lse.
-    Forward,
+    Forward(ForwardPlan),
     /// Inputs q, k, v, o, d_out, lse, [mask], [bias]; outputs dq, dk, dv.
-    Backward,
+    Backward(BackwardPlan),
 }
 
 /// The custom op of one flash pass in the fusion stream.
@@ -68,14 +69,14 @@ struct FlashOp<B> {
 impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for FlashOp<B> {
     fn execute(&self, handles: &mut Handles<B>) {
         let (inputs, outputs) = (self.desc.inputs.as_slice(), self.desc.outputs.as_slice());
-        let results = match self.pass {
-            Pass::Forward => {
+        let results = match &self.pass {
+            Pass::Forward(plan) => {
                 let [q, k, v, rest @ ..] = inputs else { unreachable!("registered with q, k, v first") };
                 let inputs = self.optionals.attention_inputs::<B>(handles, [q, k, v], rest);
-                let saved = B::flash_forward(inputs, self.problem);
+                let saved = B::flash_forward(inputs, self.problem, plan);
                 vec![saved.out, saved.lse]
             }
-            Pass::Backward => {
+            Pass::Backward(plan) => {
                 let [q, k, v, o, d_out, lse, rest @ ..] = inputs else {
                     unreachable!("registered with q, k, v, o, d_out, lse first")
                 };
@@ -85,7 +86,7 @@ impl<B: FusionBackend + FlashKernels> Operation<B::FusionRuntime> for FlashOp<B>
                     lse: handles.get_float_tensor::<B>(lse),
                 };
                 let grad_out = handles.get_float_tensor::<B>(d_out);
-                let grads = B::flash_backward(inputs, saved, grad_out, self.problem);
+                let grads = B::flash_backward(inputs, saved, grad_out, self.problem, plan);
                 vec![grads.query, grads.key, grads.value]
             }
         };
@@ -127,11 +128,11 @@ fn inputs_of<B: FusionBackend>(
 }
 
 impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
-    fn flash_support(device: &Device<Self>, problem: &AttentionProblem) -> Result<String, FlashError> {
-        B::flash_support(device, problem)
+    fn flash_plan(device: &Device<Self>, problem: &AttentionProblem, passes: Passes) -> Result<Plan, FlashError> {
+        B::flash_plan(device, problem, passes)
     }
 
-    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem) -> SavedForward<Self> {
+    fn flash_forward(inputs: AttentionInputs<Self>, problem: AttentionProblem, plan: &ForwardPlan) -> SavedForward<Self> {
         let [batch, heads, seq_q, _] = inputs.query.shape().dims::<4>();
         let dtype = inputs.query.dtype();
         let (all, optionals) =
@@ -141,7 +142,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
             (Shape::new([batch, heads, seq_q]), DType::F32),
         ];
         let [out, lse] = register::<B, _, 2>("flash_attention_forward", all, outputs, |desc| {
-            FlashOp::<B> { desc, problem, optionals, pass: Pass::Forward, _backend: PhantomData }
+            FlashOp::<B> { desc, problem, optionals, pass: Pass::Forward(plan.clone()), _backend: PhantomData }
         });
         SavedForward { out, lse }
     }
@@ -151,12 +152,13 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
         saved: SavedForward<Self>,
         grad_out: FloatTensor<Self>,
         problem: AttentionProblem,
+        plan: &BackwardPlan,
     ) -> AttentionGrads<Self> {
         let outputs = [&inputs.query, &inputs.key, &inputs.value].map(|t| (t.shape(), t.dtype()));
         let head = [inputs.query, inputs.key, inputs.value, saved.out, grad_out, saved.lse];
         let (all, optionals) = inputs_of::<B>(head, inputs.mask, inputs.attn_bias);
         let [query, key, value] = register::<B, _, 3>("flash_attention_backward", all, outputs, |desc| {
-            FlashOp::<B> { desc, problem, optionals, pass: Pass::Backward, _backend: PhantomData }
+            FlashOp::<B> { desc, problem, optionals, pass: Pass::Backward(plan.clone()), _backend: PhantomData }
         });
         AttentionGrads { query, key, value }
     }

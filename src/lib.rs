@@ -31,8 +31,10 @@ mod cube;
 mod fusion;
 mod ops;
 pub mod routing;
+pub mod tuning;
 
 pub use attention::{FlashAttention, FlashKernels};
 pub use backend::{Flash, from_flash, into_flash};
 pub use burn_flash_attn_kernels as kernels;
 pub use routing::{Route, RouteCounts, last_route, route_counts};
+pub use tuning::{Tuning, set_tuning, tuning};

@@ -5,14 +5,15 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn_backend::{DType, TensorMetadata, ops::AttentionModuleOptions};
-use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, MaskKind};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, MaskKind, Passes, Plan};
 use burn_std::BoolStore;
 
 /// Where one `attention` call goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Route {
-    /// Our FlashAttention-2 kernels; `path` names the kernel path and why it was chosen.
-    Kernel { problem: AttentionProblem, path: String },
+    /// Our FlashAttention-2 kernels, as `plan` says (its `Display` names each kernel's path,
+    /// blocks and why). The launches take this plan: what it says is what runs.
+    Kernel { problem: AttentionProblem, plan: Box<Plan> },
     /// Burn's `attention_fallback` (materializes `[batch, heads, seq_q, seq_kv]`), with why.
     Fallback { reason: String },
 }
@@ -26,7 +27,7 @@ impl Route {
 impl core::fmt::Display for Route {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            Route::Kernel { path, .. } => write!(f, "flash kernels ({path})"),
+            Route::Kernel { plan, .. } => write!(f, "flash kernels ({plan})"),
             Route::Fallback { reason } => write!(f, "attention_fallback ({reason})"),
         }
     }
@@ -46,11 +47,13 @@ pub struct AttentionCall<'a, T, M> {
     pub bias_requires_grad: bool,
 }
 
-/// Decides kernel or fallback. `device_support` asks the device whether it can run `problem`
-/// and on which path (shared memory, dtype support), without launching anything.
+/// Decides kernel or fallback. `device_plan` plans `passes` of the problem on the device (see
+/// [`burn_flash_attn_kernels::plan`]) without launching anything: training plans the backward
+/// too, so a problem only the forward could run never starts on the kernels.
 pub fn route<T: TensorMetadata, M: TensorMetadata>(
     call: &AttentionCall<'_, T, M>,
-    device_support: impl FnOnce(&AttentionProblem) -> Result<String, FlashError>,
+    passes: Passes,
+    device_plan: impl FnOnce(&AttentionProblem, Passes) -> Result<Plan, FlashError>,
 ) -> Route {
     let route = if call.bias_requires_grad {
         Route::Fallback {
@@ -58,8 +61,8 @@ pub fn route<T: TensorMetadata, M: TensorMetadata>(
                 .into(),
         }
     } else {
-        match problem_of(call).and_then(|p| device_support(&p).map(|path| (p, path))) {
-            Ok((problem, path)) => Route::Kernel { problem, path },
+        match problem_of(call).and_then(|p| device_plan(&p, passes).map(|plan| (p, plan))) {
+            Ok((problem, plan)) => Route::Kernel { problem, plan: Box::new(plan) },
             Err(err) => Route::Fallback { reason: err.to_string() },
         }
     };

@@ -34,7 +34,7 @@ impl ForwardPath {
 /// Edge of one cmma tile (m = n = k): the matrix path pads head_dim and val_dim to it.
 pub const MATRIX_TILE: u32 = 16;
 /// Elements per global load and per `ldmatrix` row on the mma path (16 bytes of f16/bf16).
-pub const MMA_CHUNK: u32 = 8;
+pub use crate::primitives::chunk_io::CHUNK as MMA_CHUNK;
 /// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers
 /// (128 = 64 registers per lane; more spills next to the O accumulators).
 const MMA_Q_REGISTER_COLS: u32 = 128;

@@ -21,6 +21,8 @@ pub enum FlashError {
     InvalidSoftcap(f64),
     #[error("scale must be finite, got {0}")]
     InvalidScale(f64),
+    #[error("invalid tuning: {0}")]
+    InvalidTuning(String),
     #[error("the device cannot run this kernel: {0}")]
     Device(String),
 }

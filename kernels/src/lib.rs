@@ -1,17 +1,21 @@
 //! FlashAttention-2 forward and backward kernels in CubeCL, with no Burn dependency.
 //!
 //! - [`problem`]: the runtime problem and its validation; [`error`]: typed errors.
-//! - [`forward`]: the forward launcher [`forward::flash_attention_forward`] and its planner
-//!   [`forward::plan`] (call it first to know whether a problem runs on a client).
-//! - [`config`]: the comptime kernel configuration; [`heuristics`]: how it is chosen.
+//! - [`plan`]: THE planner: which kernels run a problem on a device, with which
+//!   configurations, and why ([`plan::plan`]). Call it first; the launchers take its plan.
+//! - [`forward`]: the forward launcher [`forward::flash_attention_forward`];
+//!   [`backward`]: the backward launcher [`backward::flash_attention_backward`].
+//! - [`config`]: the forward's comptime kernel configuration ([`backward::config`]: the
+//!   backward's).
 //! - [`primitives`]: small `#[cube]` pieces shared by the kernels (the logit transform in
 //!   [`primitives::score`] is the contract between forward and backward).
 //! - [`reference`]: the f64 CPU oracle; [`tolerance`]: the FlashAttention tolerance rule.
 pub mod backward;
+mod checks;
 pub mod config;
 pub mod error;
 pub mod forward;
-pub mod heuristics;
+pub mod plan;
 pub mod primitives;
 pub mod problem;
 pub mod reference;
@@ -19,6 +23,6 @@ pub mod tolerance;
 
 pub use config::{FlashConfig, ForwardPath};
 pub use error::FlashError;
-pub use forward::{flash_attention_forward, flash_attention_forward_on, plan, ForwardLaunch, ForwardTensors};
-pub use heuristics::ForwardPlan;
+pub use forward::{ForwardTensors, flash_attention_forward};
+pub use plan::{DeviceCaps, Layout, Passes, Plan, Tuning, plan};
 pub use problem::{AttentionProblem, FloatKind, MaskKind, MAX_HEAD_DIM};

@@ -5,11 +5,12 @@
 //!
 //! `cargo test -p burn-flash-attn-kernels --test backward`
 mod backward_support;
+mod planning;
 
 use backward_support::*;
-use burn_flash_attn_kernels::backward::config::{BackwardKernel, plan_backward};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel};
 use burn_flash_attn_kernels::backward::{
-    GradientInputs, flash_attention_backward, flash_attention_backward_dkdv,
+    GradientInputs, flash_attention_backward_dkdv,
     flash_attention_backward_dq, flash_attention_backward_preprocess,
 };
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
@@ -111,7 +112,7 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         mask: device.mask.as_ref().map(DeviceTensor::binding),
         bias: device.bias.as_ref().map(DeviceTensor::binding),
     };
-    let config = plan_backward(client.properties(), &p, kernel)
+    let config = planning::gradient_plan(client.properties(), &p, kernel)
         .unwrap()
         .config;
     match kernel {
@@ -479,7 +480,7 @@ fn assert_reruns_bit_identical(case: &Case) {
     let mut first: Option<[Vec<u8>; 3]> = None;
     for run in 0..RERUNS {
         let device = DeviceCase::upload(&client, case, &data, &o, &lse);
-        flash_attention_backward(&client, &case.problem(), device.tensors()).unwrap();
+        crate::planning::launch_backward(&client, &case.problem(), device.tensors()).unwrap();
         let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
         match &first {
             None => first = Some(bytes),
@@ -501,6 +502,6 @@ fn shape_mismatch_is_a_typed_error() {
     let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
     let mut problem = case.problem();
     problem.seq_kv = 7;
-    let err = flash_attention_backward(&client, &problem, device.tensors()).unwrap_err();
+    let err = crate::planning::launch_backward(&client, &problem, device.tensors()).unwrap_err();
     assert!(err.to_string().contains("key"), "{err}");
 }

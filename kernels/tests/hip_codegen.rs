@@ -13,12 +13,13 @@
 //! to `$FLASH_HIP_SRC_DIR` (default `<target dir>/hip-src`), one `.hip` file per variant and a
 //! `manifest.<build>.tsv` describing them.
 mod hip_offline;
+mod planning;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use burn_flash_attn_kernels::heuristics::planning_properties;
+use burn_flash_attn_kernels::plan::DeviceCaps;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use hip_offline::checks::{WAVE, needs_rocwmma, violations};
 use hip_offline::variants::{Variant, hip_source, routed_variants};
@@ -155,7 +156,8 @@ fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
     let client = OfflineHip::<M>::client_for(GFX942);
     // What `plan` sees on a HIP client (bf16 cmma dropped: it does not compile).
     let runtime = <OfflineHip<M> as cubecl::Runtime>::name(&client);
-    let props = &*planning_properties(client.properties(), runtime);
+    let caps = DeviceCaps::new(client.properties(), runtime);
+    let props = caps.properties();
     let (checked, compiled) = grid();
     let variants = routed_variants(props, &checked);
     let to_write = routed_variants(props, &compiled);
@@ -238,14 +240,14 @@ fn gfx942_every_cube_is_a_whole_number_of_waves() {
 /// bf16 cmma fragments do not compile with rocWMMA (`rocwmma::PackTraits<__hip_bfloat16>` is
 /// undefined: cubecl declares them as `__hip_bfloat16`), so bf16 must not take the matrix path
 /// on gfx942: `hip-rocwmma` registers bf16 16x16x16 cmma, and the planners see the properties
-/// through `planning_properties`, which drops them on HIP runtimes (as `plan` does).
+/// through `DeviceCaps::new`, which drops them on HIP runtimes (as `DeviceCaps::of` does).
 #[test]
 fn gfx942_rocwmma_bf16_never_claims_the_matrix_path() {
     let client = OfflineHip::<RocWmma>::client_for(GFX942);
     let (checked, _) = grid();
     let runtime = <OfflineHip<RocWmma> as cubecl::Runtime>::name(&client);
-    let props = planning_properties(client.properties(), runtime);
-    let claimed: Vec<String> = routed_variants(&props, &checked)
+    let caps = DeviceCaps::new(client.properties(), runtime);
+    let claimed: Vec<String> = routed_variants(caps.properties(), &checked)
         .into_iter()
         .filter(|(_, (variant, _))| variant.dtype == FloatKind::BF16 && variant.claims_matrix())
         .map(|(name, _)| name)

@@ -7,10 +7,10 @@
 //! `cargo test -p burn-flash-attn-kernels --no-default-features --features hip --test hip_runtime`
 //! (`hip-rocwmma` instead of `hip` for the f16 matrix path on MI300X).
 mod backward_support;
+mod planning;
 
 use backward_support::forward::run_forward_cases;
 use backward_support::*;
-use burn_flash_attn_kernels::flash_attention_forward;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 
 /// Why the HIP runtime cannot be used here, if it cannot.
@@ -60,7 +60,7 @@ fn hip_forward_smoke() {
                 .mask_u8(MaskPattern::Random),
             Case::new(BF16, 65, 70, 256).heads(2, 3).transposed(),
         ],
-        &|client, problem, tensors| flash_attention_forward(client, problem, tensors),
+        &|client, problem, tensors| planning::launch_forward(client, problem, tensors),
     );
 }
 

@@ -6,10 +6,10 @@
 //! `cargo test --no-default-features --features cuda --test forward` on a GPU does.
 //! `FLASH_DUMP_DIR=dir` writes the sources there (e.g. to compile them with nvcc).
 mod common;
+mod planning;
 
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
-use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
@@ -58,12 +58,12 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
     ];
     for case in cases {
         // The H200 picks the mma path for most of these; the matrix path is forced here.
-        let plan = plan_forward(&props, &case, Some(ForwardPath::Matrix)).expect("planned");
+        let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix)).expect("planned");
         assert_eq!(
             plan.config.path,
             ForwardPath::Matrix,
             "{case:?}: {}",
-            plan.reason
+            plan
         );
         let (source, shared) = match (case.dtype, case.mask) {
             (FloatKind::F16, Some(MaskKind::U8)) => {
@@ -82,7 +82,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         );
         println!(
             "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
-            plan.reason,
+            plan,
             source.len()
         );
         assert!(

@@ -6,15 +6,15 @@
 //! planned. Numerics: `cargo test --no-default-features --features cuda --test forward` on a
 //! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
 mod common;
+mod planning;
 
 use burn_flash_attn_kernels::backward::config::{
-    BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
+    BackwardConfig, BackwardKernel, BackwardPath,
 };
 use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
 use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
-use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
@@ -88,7 +88,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
     // filled by cp.async (`BURN_FLASH_MMA=planes,block_kv,plane_rows,buffers,async` picks any
     // of them).
     let with_both_tilings = cases.into_iter().flat_map(|case| {
-        let plan = plan_forward(&props, &case, None).expect("planned");
+        let plan = planning::forward_plan(&props, &case, None).expect("planned");
         let other = FlashConfig {
             units_per_row: 3 - plan.config.units_per_row,
             ..plan.config
@@ -102,7 +102,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
                     ..config
                 })
             })
-            .map(move |config| (case, config, plan.reason.clone()))
+            .map(move |config| (case, config, plan.to_string()))
     });
     for (case, config, reason) in with_both_tilings {
         assert_eq!(config.path, ForwardPath::Mma, "{case:?}: {reason}");
@@ -188,12 +188,12 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
                 .map(|(buffers, async_inner)| (case, kernel, buffers, async_inner))
         });
     for (case, kernel, buffers, async_inner) in variants {
-        let plan = plan_backward(&props, &case, kernel).expect("planned");
+        let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
         assert_eq!(
             plan.config.path,
             BackwardPath::Mma,
             "{case:?}: {}",
-            plan.reason
+            plan
         );
         let config = BackwardConfig {
             buffers,
@@ -228,7 +228,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         println!(
             "{case:?} {kernel:?}, {buffers} buffer(s): {} ({} bytes of CUDA, {shared} bytes \
                  of shared memory)",
-            plan.reason,
+            plan,
             source.len()
         );
         assert!(

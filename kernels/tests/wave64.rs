@@ -3,7 +3,7 @@
 //!
 //! The planners get the test device's properties with a 64-wide plane and at most 64 KiB of
 //! shared memory (the MI300X's wave64 and LDS); the kernels then run with those plans
-//! ([`flash_attention_forward_planned`], and the backward kernels with planned configs). On a
+//! ([`flash_attention_forward`] with a plan for a wave64 device, and the backward kernels with planned configs). On a
 //! device with cmma (CUDA) the f16 / bf16 forward takes the matrix path with 64-unit "planes":
 //! two 32-wide warps compute each plane's 16 rows redundantly, which stays correct and runs the
 //! wave64 index arithmetic (4 units per row, plane `UNIT_POS_Y`, 256-unit cubes). On lavapipe
@@ -14,18 +14,18 @@
 //! `cargo test -p burn-flash-attn-kernels --test wave64` (CUDA: `--no-default-features
 //! --features cuda`).
 mod backward_support;
+mod planning;
 
 use backward_support::forward::run_forward_cases;
 use backward_support::*;
-use burn_flash_attn_kernels::backward::config::{BackwardKernel, plan_backward};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel};
 use burn_flash_attn_kernels::backward::{
     GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
     flash_attention_backward_preprocess,
 };
 use burn_flash_attn_kernels::config::MATRIX_TILE;
-use burn_flash_attn_kernels::forward::planned::flash_attention_forward_planned;
-use burn_flash_attn_kernels::forward::{ForwardLaunch, ForwardTensors};
-use burn_flash_attn_kernels::heuristics::plan_forward;
+use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
+use burn_flash_attn_kernels::plan::ForwardPlan;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 use burn_flash_attn_kernels::problem::{AttentionProblem, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Precision};
@@ -54,8 +54,8 @@ fn launch_wave64(
     client: &ComputeClient<TestRuntime>,
     problem: &AttentionProblem,
     tensors: ForwardTensors<TestRuntime>,
-) -> Result<ForwardLaunch, FlashError> {
-    let plan = plan_forward(&wave64(client.properties()), problem, None)?;
+) -> Result<ForwardPlan, FlashError> {
+    let plan = planning::forward_plan(&wave64(client.properties()), problem, None)?;
     if plan.config.path == ForwardPath::Matrix {
         assert_eq!(plan.config.plane_size, WAVE64, "a wave64 matrix plan");
         assert_eq!(
@@ -64,7 +64,8 @@ fn launch_wave64(
             "4 units per query row"
         );
     }
-    flash_attention_forward_planned(client, problem, tensors, plan)
+    flash_attention_forward(client, problem, &plan, tensors)?;
+    Ok(plan)
 }
 
 /// Runs the backward of `case` (preprocess, dK/dV, dQ) with the wave64 plans.
@@ -76,7 +77,7 @@ fn backward(case: &Case) -> Result<(), String> {
     let p = case.problem();
     let props = wave64(client.properties());
     let plan =
-        |kernel| plan_backward(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.name()));
+        |kernel| planning::gradient_plan(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.name()));
     let (dkdv_plan, dq_plan) = (
         plan(BackwardKernel::KeyValue)?,
         plan(BackwardKernel::Query)?,
@@ -85,8 +86,8 @@ fn backward(case: &Case) -> Result<(), String> {
     println!(
         "case {} seed {seed}: {}; {}",
         case.name(),
-        dkdv_plan.reason,
-        dq_plan.reason
+        dkdv_plan,
+        dq_plan
     );
     let data = HostData::draw(case, seed);
     let (o, lse) = forward_outputs(case, &data);

@@ -12,9 +12,8 @@
 //! by one unit: no atomics, bit-identical reruns.
 use cubecl::prelude::*;
 
-use crate::forward::score_tensors;
 use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
-use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::block_pair::{

@@ -12,9 +12,8 @@
 //! over key/value blocks runs in a fixed order, so reruns are bit-identical.
 use cubecl::prelude::*;
 
-use crate::forward::score_tensors;
 use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heaviest_first};
-use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::block_pair::{

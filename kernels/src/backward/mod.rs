@@ -1,16 +1,17 @@
 //! The FlashAttention-2 backward pass: dQ, dK, dV of `sum(o ∘ d_out)` (mask and bias are
 //! constants: no dBias).
 //!
-//! [`flash_attention_backward`] validates the problem, plans both gradient kernels from
-//! `client.properties()` and launches, in order:
+//! [`flash_attention_backward`] checks the tensors against the problem and the plan (from
+//! [`crate::plan`]) and launches, in order:
 //! 1. [`preprocess`]: `delta = rowsum(d_out ∘ o)` into an f32 scratch it allocates;
 //! 2. [`dkdv`]: outer loop over key/value blocks, accumulates dK and dV;
 //! 3. [`dq`]: outer loop over query blocks, accumulates dQ.
 //!
 //! No atomics: each gradient element is written by one unit, and every sum runs in a fixed
-//! order, so reruns are bit-identical. Portable path only (scalar f32 FMAs on shared-memory
-//! tiles, no cmma, no plane operations): it runs on every runtime, f32 accumulation for f16,
-//! bf16 and f32 inputs.
+//! order, so reruns are bit-identical. Two paths per kernel: the register-level mma
+//! ([`mma`], CUDA f16/bf16) and the portable one (scalar f32 FMAs on shared-memory tiles, no
+//! cmma, no plane operations), which runs on every runtime; f32 accumulation for f16, bf16 and
+//! f32 inputs.
 //!
 //! Shapes (any strides, `true` in the mask = masked), semantics as in [`crate::forward`]:
 //! ```text
@@ -31,15 +32,13 @@ pub mod preprocess;
 
 use cubecl::prelude::*;
 
+use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_shapes, optional_args};
 use crate::error::FlashError;
-use crate::forward::chunked_rows;
-use crate::heuristics::{elem_type, mask_elem_type};
+use crate::plan::{BackwardPlan, Layout};
 use crate::primitives::score::ScoreParamsLaunch;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
-pub use config::{
-    plan_backward, plan_backward_portable, BackwardConfig, BackwardKernel, BackwardPath, BackwardPlan,
-};
+pub use config::{BackwardConfig, BackwardKernel, BackwardPath};
 pub use dkdv::flash_attention_backward_dkdv;
 pub use dq::flash_attention_backward_dq;
 pub use preprocess::flash_attention_backward_preprocess;
@@ -65,17 +64,20 @@ pub struct BackwardTensors<R: Runtime> {
     pub dv: TensorBinding<R>,
 }
 
-/// What was launched, and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BackwardLaunch {
-    pub dkdv: BackwardPlan,
-    pub dq: BackwardPlan,
+impl<R: Runtime> BackwardTensors<R> {
+    /// The layout of q, k, v and d_out (what the plan must be made for).
+    pub fn layout(&self, dtype: FloatKind) -> Layout {
+        Layout::of(dtype, &[&self.q, &self.k, &self.v, &self.d_out])
+    }
 }
 
-/// Runs the FlashAttention-2 backward pass.
+/// Runs the FlashAttention-2 backward pass that `plan` describes.
 ///
 /// # Important
 ///
+/// - `plan` comes from [`crate::plan::plan`] with [`crate::plan::Passes::ForwardBackward`] (or
+///   [`crate::plan::backward::backward`]) for this problem: it is checked to be for the
+///   problem, to fit the client's device, and (mma) that q, k, v, d_out rows are 16-byte chunks.
 /// - Allocates its own f32 `delta` scratch (`batch * num_heads * seq_q` values), released when
 ///   the launches complete.
 /// - `problem` must describe the tensors (shapes are checked, contents are not); `lse` must be
@@ -84,19 +86,23 @@ pub struct BackwardLaunch {
 pub fn flash_attention_backward<R: Runtime>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
+    plan: &BackwardPlan,
     tensors: BackwardTensors<R>,
-) -> Result<BackwardLaunch, FlashError> {
+) -> Result<(), FlashError> {
     problem.validate()?;
-    check_types(client, problem)?;
-    check_shapes(problem, &tensors)?;
-    let props = client.properties();
-    // The mma path loads rows in 16-byte chunks; other views take the portable path.
-    let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v, &tensors.d_out]);
-    let plan = if chunked { plan_backward } else { plan_backward_portable };
-    let launch = BackwardLaunch {
-        dkdv: plan(props, problem, BackwardKernel::KeyValue)?,
-        dq: plan(props, problem, BackwardKernel::Query)?,
-    };
+    check_tensors(problem, &tensors)?;
+    let layout = tensors.layout(problem.dtype);
+    for gradient in [&plan.dkdv, &plan.dq] {
+        let config = gradient.config;
+        let for_problem = config.head_dim as usize == problem.head_dim
+            && config.val_dim as usize == problem.val_dim
+            && config.score == problem.score_options();
+        if !for_problem {
+            return Err(FlashError::Device(format!("the plan {config:?} is not for {problem:?}")));
+        }
+        let mma = config.path == BackwardPath::Mma;
+        check_plan_fits(client, config.shared_memory_bytes(), config.units, mma, layout)?;
+    }
     let rows = problem.heads_total() * problem.seq_q;
     let delta_shape = [problem.batch, problem.num_heads, problem.seq_q];
     let delta_strides = [problem.num_heads * problem.seq_q, problem.seq_q, 1];
@@ -120,11 +126,11 @@ pub fn flash_attention_backward<R: Runtime>(
     };
     let outputs = (tensors.dq, tensors.dk, tensors.dv);
     match problem.dtype {
-        FloatKind::F16 => launch_all::<R, half::f16>(client, problem, &launch, tensors.o, inputs, outputs),
-        FloatKind::BF16 => launch_all::<R, half::bf16>(client, problem, &launch, tensors.o, inputs, outputs),
-        FloatKind::F32 => launch_all::<R, f32>(client, problem, &launch, tensors.o, inputs, outputs),
+        FloatKind::F16 => launch_all::<R, half::f16>(client, problem, plan, tensors.o, inputs, outputs),
+        FloatKind::BF16 => launch_all::<R, half::bf16>(client, problem, plan, tensors.o, inputs, outputs),
+        FloatKind::F32 => launch_all::<R, f32>(client, problem, plan, tensors.o, inputs, outputs),
     }
-    Ok(launch)
+    Ok(())
 }
 
 /// The inputs both gradient kernels read, `delta` included (from the preprocess kernel, f32
@@ -154,17 +160,12 @@ pub(crate) struct GradientArgs<R: Runtime> {
 }
 
 impl<R: Runtime> GradientInputs<R> {
-    /// Without a mask a 1-element u32 stand-in is bound, without a bias q is bound again: the
-    /// kernels never read them (`has_mask` / `has_bias` are comptime false).
+    /// Binds the tensors in kernel order, with stand-ins for an absent mask or bias.
     pub(crate) fn into_args(self, client: &ComputeClient<R>) -> GradientArgs<R> {
-        let stand_in = || {
-            let handle = client.create_from_slice(u32::as_bytes(&[0u32]));
-            // SAFETY: a 1-element tensor with 1 element of storage.
-            unsafe { TensorArg::from_raw_parts(handle, [0, 0, 0, 0].into(), [1, 1, 1, 1].into()) }
-        };
+        let (mask, bias) = optional_args(client, self.mask, self.bias, &self.q);
         GradientArgs {
-            mask: self.mask.map_or_else(stand_in, TensorBinding::into_tensor_arg),
-            bias: self.bias.unwrap_or_else(|| self.q.clone()).into_tensor_arg(),
+            mask,
+            bias,
             q: self.q.into_tensor_arg(),
             k: self.k.into_tensor_arg(),
             v: self.v.into_tensor_arg(),
@@ -189,102 +190,57 @@ pub fn score_params<R: Runtime>(problem: &AttentionProblem) -> ScoreParamsLaunch
 fn launch_all<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
-    launch: &BackwardLaunch,
+    plan: &BackwardPlan,
     o: TensorBinding<R>,
     inputs: GradientInputs<R>,
-    (dq, dk, dv): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
+    outputs: (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
 ) {
     flash_attention_backward_preprocess::<R, F>(client, problem, o, inputs.d_out.clone(), inputs.delta.clone())
         .expect("validated above");
-    let (dkdv_config, dq_config) = (launch.dkdv.config, launch.dq.config);
-    if dkdv_config.path == BackwardPath::Mma {
-        match problem.mask {
-            Some(MaskKind::U8) => {
-                mma::flash_attention_backward_dkdv_mma::<R, F, u8>(client, problem, inputs.clone(), dk, dv, dkdv_config);
-                mma::flash_attention_backward_dq_mma::<R, F, u8>(client, problem, inputs, dq, dq_config);
-            }
-            Some(MaskKind::U32) | None => {
-                mma::flash_attention_backward_dkdv_mma::<R, F, u32>(client, problem, inputs.clone(), dk, dv, dkdv_config);
-                mma::flash_attention_backward_dq_mma::<R, F, u32>(client, problem, inputs, dq, dq_config);
-            }
-        }
-        return;
-    }
     match problem.mask {
-        Some(MaskKind::U8) => {
-            flash_attention_backward_dkdv::<R, F, u8>(client, problem, inputs.clone(), dk, dv, dkdv_config);
-            flash_attention_backward_dq::<R, F, u8>(client, problem, inputs, dq, dq_config);
-        }
-        Some(MaskKind::U32) | None => {
-            flash_attention_backward_dkdv::<R, F, u32>(client, problem, inputs.clone(), dk, dv, dkdv_config);
-            flash_attention_backward_dq::<R, F, u32>(client, problem, inputs, dq, dq_config);
-        }
+        Some(MaskKind::U8) => launch_gradients::<R, F, u8>(client, problem, plan, inputs, outputs),
+        Some(MaskKind::U32) | None => launch_gradients::<R, F, u32>(client, problem, plan, inputs, outputs),
     }
 }
 
-/// Checks that the device can hold the problem's element types at all.
-fn check_types<R: Runtime>(client: &ComputeClient<R>, problem: &AttentionProblem) -> Result<(), FlashError> {
-    let props = client.properties();
-    if !props.supports_type(elem_type(problem.dtype)) {
-        return Err(FlashError::Device(format!("{:?} tensors are not supported", problem.dtype)));
+/// dK/dV, then dQ, each on its plan's path (mask elements `M`).
+fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    plan: &BackwardPlan,
+    inputs: GradientInputs<R>,
+    (dq, dk, dv): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
+) {
+    let (dkdv_config, dq_config) = (plan.dkdv.config, plan.dq.config);
+    match dkdv_config.path {
+        BackwardPath::Mma => {
+            mma::flash_attention_backward_dkdv_mma::<R, F, M>(client, problem, inputs.clone(), dk, dv, dkdv_config)
+        }
+        BackwardPath::Portable => {
+            flash_attention_backward_dkdv::<R, F, M>(client, problem, inputs.clone(), dk, dv, dkdv_config)
+        }
     }
-    if let Some(kind) = problem.mask
-        && !props.supports_type(mask_elem_type(kind))
-    {
-        return Err(FlashError::Device(format!("{kind:?} mask tensors are not supported")));
+    match dq_config.path {
+        BackwardPath::Mma => mma::flash_attention_backward_dq_mma::<R, F, M>(client, problem, inputs, dq, dq_config),
+        BackwardPath::Portable => flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, dq_config),
     }
-    Ok(())
 }
-
-/// A tensor's name, binding (absent optional tensors are `None`) and expected shape.
-type ExpectedShape<'a, R> = (&'static str, Option<&'a TensorBinding<R>>, Vec<usize>);
 
 /// Checks every tensor's shape against the problem (the kernels trust them).
-fn check_shapes<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>) -> Result<(), FlashError> {
-    let p = problem;
-    let (b, h) = (p.batch, p.num_heads);
-    let q_shape = vec![b, h, p.seq_q, p.head_dim];
-    let k_shape = vec![b, h, p.seq_kv, p.head_dim];
-    let v_shape = vec![b, h, p.seq_kv, p.val_dim];
-    let o_shape = vec![b, h, p.seq_q, p.val_dim];
-    let scores = vec![b, h, p.seq_q, p.seq_kv];
+fn check_tensors<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>) -> Result<(), FlashError> {
+    let shapes = Shapes::of(problem);
     let expected: [ExpectedShape<'_, R>; 11] = [
-        ("query", Some(&t.q), q_shape.clone()),
-        ("key", Some(&t.k), k_shape.clone()),
-        ("value", Some(&t.v), v_shape.clone()),
-        ("output", Some(&t.o), o_shape.clone()),
-        ("output gradient", Some(&t.d_out), o_shape),
-        ("lse", Some(&t.lse), vec![b, h, p.seq_q]),
-        ("mask", t.mask.as_ref(), scores.clone()),
-        ("attn_bias", t.bias.as_ref(), scores),
-        ("query gradient", Some(&t.dq), q_shape),
-        ("key gradient", Some(&t.dk), k_shape),
-        ("value gradient", Some(&t.dv), v_shape),
+        ("query", Some(&t.q), shapes.q.clone()),
+        ("key", Some(&t.k), shapes.k.clone()),
+        ("value", Some(&t.v), shapes.v.clone()),
+        ("output", Some(&t.o), shapes.o.clone()),
+        ("output gradient", Some(&t.d_out), shapes.o),
+        ("lse", Some(&t.lse), shapes.rows),
+        ("mask", t.mask.as_ref(), shapes.scores.clone()),
+        ("attn_bias", t.bias.as_ref(), shapes.scores),
+        ("query gradient", Some(&t.dq), shapes.q),
+        ("key gradient", Some(&t.dk), shapes.k),
+        ("value gradient", Some(&t.dv), shapes.v),
     ];
-    for (what, binding, shape) in expected {
-        let Some(binding) = binding else { continue };
-        if binding.shape.as_ref() != shape.as_slice() || binding.strides.len() != shape.len() {
-            return Err(FlashError::ShapeMismatch {
-                what,
-                detail: format!(
-                    "expected shape {shape:?}, got {:?} with {} strides",
-                    binding.shape.as_ref(),
-                    binding.strides.len()
-                ),
-            });
-        }
-    }
-    if t.mask.is_some() != p.mask.is_some() || t.bias.is_some() != p.has_bias {
-        return Err(FlashError::ShapeMismatch {
-            what: "optional tensors",
-            detail: format!(
-                "problem says mask {:?}, bias {}; got mask {}, bias {}",
-                p.mask,
-                p.has_bias,
-                t.mask.is_some(),
-                t.bias.is_some()
-            ),
-        });
-    }
-    Ok(())
+    check_shapes(problem, &expected, t.mask.is_some(), t.bias.is_some())
 }

@@ -3,7 +3,7 @@
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
-use crate::forward::rows_in_vectors;
+use crate::plan::rows_in_vectors;
 use crate::problem::{AttentionProblem, FloatKind};
 
 /// Rows per cube, one unit per row: 4 planes of 32, 2 waves of 64, 16 lavapipe planes.

@@ -1,7 +1,7 @@
 //! The FlashAttention-2 forward pass: `o = softmax(logits(q k^T)) v` and the row log-sum-exp.
 //!
-//! [`flash_attention_forward`] validates the problem, picks a path and blocks through
-//! [`crate::heuristics`], and launches one of three kernels:
+//! [`flash_attention_forward`] checks the tensors against the problem and the plan (from
+//! [`crate::plan`]), and launches the plan's kernel, one of three:
 //! - [`portable`]: scalar tiles in shared memory, runs everywhere (lavapipe, WGPU, HIP bf16, f32);
 //! - [`matrix`]: `cmma` fragments where the device registers them for the dtype;
 //! - [`mma`]: register-level `mma` with the softmax on the accumulators (CUDA f16/bf16).
@@ -24,16 +24,16 @@
 //! ```
 pub mod matrix;
 pub mod mma;
-pub mod planned;
 pub mod portable;
 mod unit_rows;
 
 use cubecl::prelude::*;
 
+use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_shapes, optional_args};
 use crate::config::{FlashConfig, ForwardPath, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::heuristics::{ForwardPlan, plan_forward, planning_properties};
-use crate::primitives::score::{ScoreOptions, ScoreParamsLaunch, ScoreTensors};
+use crate::plan::{ForwardPlan, Layout};
+use crate::primitives::score::ScoreParamsLaunch;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 /// The tensors of one forward launch. `o` and `lse` are pre-allocated by the caller and fully
@@ -50,35 +50,28 @@ pub struct ForwardTensors<R: Runtime> {
     pub lse: TensorBinding<R>,
 }
 
-/// What was launched, and why.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ForwardLaunch {
-    pub path: ForwardPath,
-    pub config: FlashConfig,
-    /// Why this path and these block sizes (from the heuristics).
-    pub reason: String,
+impl<R: Runtime> ForwardTensors<R> {
+    /// The layout of q, k, v (what the plan must be made for).
+    pub fn layout(&self, dtype: FloatKind) -> Layout {
+        Layout::of(dtype, &[&self.q, &self.k, &self.v])
+    }
 }
 
-/// Decides, without launching, whether the kernels run `problem` on `client` and how.
-/// The Burn side calls this before choosing between the kernels and its fallback.
-pub fn plan<R: Runtime>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-) -> Result<ForwardPlan, FlashError> {
-    plan_forward(
-        &planning_properties(client.properties(), R::name(client)),
-        problem,
-        None,
-    )
-}
-
-/// Runs the FlashAttention-2 forward pass, path chosen by the heuristics.
+/// Runs the FlashAttention-2 forward pass that `plan` describes.
 ///
 /// Writes `o [batch, num_heads, seq_q, val_dim]` (dtype of q) and
 /// `lse [batch, num_heads, seq_q]` (f32, natural log of `sum_j exp(s_ij)`).
 ///
 /// # Important
 ///
+/// - `plan` comes from [`crate::plan::plan`] (or [`crate::plan::forward::forward`]) for this
+///   problem, on any device properties: it is checked to be for the problem, to fit the
+///   client's shared memory and cube size, and (mma) that q, k, v rows are 16-byte chunks.
+///   Planned for a plane size larger than the client's (the MI300X plans of
+///   `tests/wave64.rs`), each plane's share of the cube runs on several hardware planes: on a
+///   32-wide device, a wave64 matrix plan has two warps compute the same 16-row fragments and
+///   store the same values, which stays correct and exercises the wave64 index arithmetic.
+/// - The matrix path needs cmma for the dtype on the client (not checked: the launch fails).
 /// - The lse of a fully masked row is `f32::MAX` (standing for `+inf`, which WGSL cannot
 ///   emit), so `exp(s - lse) = 0` for every finite `s`; its output row is 0.
 /// - `problem` must describe the tensors (shapes are checked, contents are not).
@@ -86,69 +79,52 @@ pub fn plan<R: Runtime>(
 pub fn flash_attention_forward<R: Runtime>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
+    plan: &ForwardPlan,
     tensors: ForwardTensors<R>,
-) -> Result<ForwardLaunch, FlashError> {
-    flash_attention_forward_on(client, problem, tensors, None)
-}
-
-/// [`flash_attention_forward`] with the path forced (`None` = let the heuristics choose).
-/// Forcing [`ForwardPath::Matrix`] on a device without cmma for the dtype is an error.
-pub fn flash_attention_forward_on<R: Runtime>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-    tensors: ForwardTensors<R>,
-    path: Option<ForwardPath>,
-) -> Result<ForwardLaunch, FlashError> {
-    check_shapes(problem, &tensors)?;
-    let props = planning_properties(client.properties(), R::name(client));
-    let ForwardPlan { config, mut reason } = plan_forward(&props, problem, path)?;
-    // The mma path loads rows in 16-byte chunks; views that do not allow it (a strided last
-    // dimension, an odd offset) take the matrix path, which reads any strides.
-    let chunked = chunked_rows(problem.dtype, &[&tensors.q, &tensors.k, &tensors.v]);
-    let config = match (config.path, chunked, path) {
-        (ForwardPath::Mma, false, None) => {
-            let plan = plan_forward(&props, problem, Some(ForwardPath::Matrix))?;
-            reason = format!(
-                "matrix path (q, k, v rows are not contiguous 16-byte chunks, which the mma path \
-                 loads); {}",
-                plan.reason
-            );
-            plan.config
-        }
-        (ForwardPath::Mma, false, Some(_)) => {
-            return Err(FlashError::Device(
-                "the mma path was forced but q, k, v rows are not contiguous 16-byte chunks".into(),
-            ));
-        }
-        _ => config,
-    };
-    let params = ScoreParamsLaunch::new(
-        problem.scale as f32,
-        problem.softcap.unwrap_or(1.0) as f32,
-        problem.seq_q as u32,
-        problem.seq_kv as u32,
-    );
-    let cube_count = CubeCount::Static(
-        problem.seq_q.div_ceil(config.block_q as usize) as u32,
-        problem.heads_total() as u32,
-        1,
-    );
+) -> Result<(), FlashError> {
+    problem.validate()?;
+    let shapes = Shapes::of(problem);
+    let expected: [ExpectedShape<R>; 7] = [
+        ("query", Some(&tensors.q), shapes.q),
+        ("key", Some(&tensors.k), shapes.k),
+        ("value", Some(&tensors.v), shapes.v),
+        ("mask", tensors.mask.as_ref(), shapes.scores.clone()),
+        ("attn_bias", tensors.bias.as_ref(), shapes.scores),
+        ("output", Some(&tensors.o), shapes.o),
+        ("lse", Some(&tensors.lse), shapes.rows),
+    ];
+    check_shapes(problem, &expected, tensors.mask.is_some(), tensors.bias.is_some())?;
+    let config = plan.config;
+    let for_problem = config.head_dim as usize == problem.head_dim
+        && config.val_dim as usize == problem.val_dim
+        && config.elem_bytes as usize == problem.dtype.size()
+        && config.score == problem.score_options();
+    if !for_problem {
+        return Err(FlashError::Device(format!("the plan {config:?} is not for {problem:?}")));
+    }
+    let layout = tensors.layout(problem.dtype);
+    check_plan_fits(client, config.shared_memory_bytes(), config.units(), plan.needs_chunked_rows(), layout)?;
     let launch = Launch {
         client,
         config,
-        params,
-        cube_count,
+        params: ScoreParamsLaunch::new(
+            problem.scale as f32,
+            problem.softcap.unwrap_or(1.0) as f32,
+            problem.seq_q as u32,
+            problem.seq_kv as u32,
+        ),
+        cube_count: CubeCount::Static(
+            problem.seq_q.div_ceil(config.block_q as usize) as u32,
+            problem.heads_total() as u32,
+            1,
+        ),
     };
     match problem.dtype {
         FloatKind::F16 => launch.with_mask::<half::f16>(problem, tensors),
         FloatKind::BF16 => launch.with_mask::<half::bf16>(problem, tensors),
         FloatKind::F32 => launch.with_mask::<f32>(problem, tensors),
     }
-    Ok(ForwardLaunch {
-        path: config.path,
-        config,
-        reason,
-    })
+    Ok(())
 }
 
 /// The typed kernel arguments, in kernel order.
@@ -170,8 +146,7 @@ struct Launch<'a, R: Runtime> {
 }
 
 impl<R: Runtime> Launch<'_, R> {
-    /// Dispatches on the mask element type. Without a mask, a 1-element u32 stand-in is bound
-    /// (the kernel never reads it: `has_mask` is comptime false).
+    /// Dispatches on the mask element type (u32 when there is none: its stand-in is u32).
     fn with_mask<F: Float>(self, problem: &AttentionProblem, tensors: ForwardTensors<R>) {
         match problem.mask {
             Some(MaskKind::U8) => self.run::<F, u8>(tensors),
@@ -180,163 +155,23 @@ impl<R: Runtime> Launch<'_, R> {
     }
 
     fn run<F: Float, M: Int>(self, tensors: ForwardTensors<R>) {
-        let stand_in = || {
-            let handle = self.client.create_from_slice(u32::as_bytes(&[0u32]));
-            // SAFETY: a 1-element tensor with 1 element of storage.
-            unsafe { TensorArg::from_raw_parts(handle, [0, 0, 0, 0].into(), [1, 1, 1, 1].into()) }
-        };
+        let (mask, bias) = optional_args(self.client, tensors.mask, tensors.bias, &tensors.q);
         let args = ForwardArgs {
-            mask: tensors
-                .mask
-                .map_or_else(stand_in, TensorBinding::into_tensor_arg),
-            // Without a bias, q is bound again in its place (same element type, never read).
-            bias: tensors
-                .bias
-                .unwrap_or_else(|| tensors.q.clone())
-                .into_tensor_arg(),
+            mask,
+            bias,
             q: tensors.q.into_tensor_arg(),
             k: tensors.k.into_tensor_arg(),
             v: tensors.v.into_tensor_arg(),
             o: tensors.o.into_tensor_arg(),
             lse: tensors.lse.into_tensor_arg(),
         };
-        match self.config.path {
-            ForwardPath::Portable => portable::launch::<R, F, M>(
-                self.client,
-                args,
-                self.params,
-                self.config,
-                self.cube_count,
-            ),
-            ForwardPath::Matrix => matrix::launch::<R, F, M>(
-                self.client,
-                args,
-                self.params,
-                self.config,
-                self.cube_count,
-            ),
-            ForwardPath::Mma => mma::launch::<R, F, M>(
-                self.client,
-                args,
-                self.params,
-                self.config,
-                self.cube_count,
-                MMA_CHUNK as usize,
-            ),
+        let (client, params, config, cube_count) = (self.client, self.params, self.config, self.cube_count);
+        match config.path {
+            ForwardPath::Portable => portable::launch::<R, F, M>(client, args, params, config, cube_count),
+            ForwardPath::Matrix => matrix::launch::<R, F, M>(client, args, params, config, cube_count),
+            ForwardPath::Mma => {
+                mma::launch::<R, F, M>(client, args, params, config, cube_count, MMA_CHUNK as usize)
+            }
         }
     }
-}
-
-/// Whether every tensor can be read in chunks of [`MMA_CHUNK`] elements (what the mma paths
-/// load).
-pub(crate) fn chunked_rows<R: Runtime>(dtype: FloatKind, tensors: &[&TensorBinding<R>]) -> bool {
-    rows_in_vectors(dtype, MMA_CHUNK as usize, tensors)
-}
-
-/// Whether every tensor can be read in vectors of `chunk` elements: contiguous rows of a whole
-/// number of vectors, every other stride and the offset multiples of a vector.
-pub(crate) fn rows_in_vectors<R: Runtime>(
-    dtype: FloatKind,
-    chunk: usize,
-    tensors: &[&TensorBinding<R>],
-) -> bool {
-    let chunk_bytes = (chunk * dtype.size()) as u64;
-    tensors.iter().all(|t| {
-        let strides = t.strides.as_ref();
-        strides.len() == 4
-            && strides[3] == 1
-            && t.shape.as_ref()[3] % chunk == 0
-            && strides[..3].iter().all(|s| s % chunk == 0)
-            && t.handle.offset_start.unwrap_or(0) % chunk_bytes == 0
-    })
-}
-
-/// A tensor's name, its binding (if given) and the shape the problem implies.
-type ExpectedShape<'a, R> = (&'static str, Option<&'a TensorBinding<R>>, Vec<usize>);
-
-/// Checks every tensor's shape against the problem (the kernels trust them).
-fn check_shapes<R: Runtime>(
-    problem: &AttentionProblem,
-    tensors: &ForwardTensors<R>,
-) -> Result<(), FlashError> {
-    let p = problem;
-    let (b, h) = (p.batch, p.num_heads);
-    let expected: [ExpectedShape<R>; 7] = [
-        ("query", Some(&tensors.q), vec![b, h, p.seq_q, p.head_dim]),
-        ("key", Some(&tensors.k), vec![b, h, p.seq_kv, p.head_dim]),
-        ("value", Some(&tensors.v), vec![b, h, p.seq_kv, p.val_dim]),
-        ("mask", tensors.mask.as_ref(), vec![b, h, p.seq_q, p.seq_kv]),
-        (
-            "attn_bias",
-            tensors.bias.as_ref(),
-            vec![b, h, p.seq_q, p.seq_kv],
-        ),
-        ("output", Some(&tensors.o), vec![b, h, p.seq_q, p.val_dim]),
-        ("lse", Some(&tensors.lse), vec![b, h, p.seq_q]),
-    ];
-    for (what, binding, shape) in expected {
-        if let Some(binding) = binding
-            && binding.shape.as_ref() != shape.as_slice()
-        {
-            return Err(FlashError::ShapeMismatch {
-                what,
-                detail: format!("expected {shape:?}, got {:?}", binding.shape.as_ref()),
-            });
-        }
-        if let Some(binding) = binding
-            && binding.strides.len() != shape.len()
-        {
-            return Err(FlashError::ShapeMismatch {
-                what,
-                detail: format!(
-                    "{} strides for a rank-{} tensor",
-                    binding.strides.len(),
-                    shape.len()
-                ),
-            });
-        }
-    }
-    if tensors.mask.is_some() != p.mask.is_some() || tensors.bias.is_some() != p.has_bias {
-        return Err(FlashError::ShapeMismatch {
-            what: "optional tensors",
-            detail: format!(
-                "problem says mask {:?}, bias {}; got mask {}, bias {}",
-                p.mask,
-                p.has_bias,
-                tensors.mask.is_some(),
-                tensors.bias.is_some()
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Base offsets and strides of the mask and bias for one (batch, head); zeros when absent.
-#[cube]
-pub(crate) fn score_tensors<F: Float, M: Int>(
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    batch: u32,
-    head: u32,
-    #[comptime] options: ScoreOptions,
-) -> ScoreTensors {
-    let mut tensors = ScoreTensors {
-        mask_base: 0,
-        mask_row_stride: 0,
-        mask_col_stride: 0,
-        bias_base: 0,
-        bias_row_stride: 0,
-        bias_col_stride: 0,
-    };
-    if comptime!(options.has_mask) {
-        tensors.mask_base = batch as usize * mask.stride(0) + head as usize * mask.stride(1);
-        tensors.mask_row_stride = mask.stride(2);
-        tensors.mask_col_stride = mask.stride(3);
-    }
-    if comptime!(options.has_bias) {
-        tensors.bias_base = batch as usize * bias.stride(0) + head as usize * bias.stride(1);
-        tensors.bias_row_stride = bias.stride(2);
-        tensors.bias_col_stride = bias.stride(3);
-    }
-    tensors
 }

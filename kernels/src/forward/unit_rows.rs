@@ -8,10 +8,9 @@ use crate::config::FlashConfig;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
-use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::primitives::tile_io::{HeadView, head_view};
 
-use super::score_tensors;
 
 /// Normalizes this unit's O columns `lane + c * lanes` (c < `cols`, column < `val_dim`) of
 /// query row `row` once, writes them, and writes the row's lse from lane 0.

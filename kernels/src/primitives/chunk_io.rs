@@ -6,8 +6,9 @@ use cubecl::prelude::*;
 
 use super::mma::TILE_M;
 
-/// Elements of one 16-byte chunk of f16/bf16 (a global load, an `ldmatrix` row).
-const CHUNK: u32 = crate::config::MMA_CHUNK;
+/// Elements of one 16-byte chunk of f16/bf16 (a global load, an `ldmatrix` row): what the mma
+/// paths load, and what their inputs' rows must be made of.
+pub const CHUNK: u32 = 8;
 
 /// Chunks of a tile row that holds `dim` elements: padded to the mma tile.
 pub const fn tile_chunks(dim: u32) -> u32 {

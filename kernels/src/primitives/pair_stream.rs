@@ -14,8 +14,7 @@ use cubecl::prelude::barrier::{Barrier, copy_async_checked};
 use cubecl::prelude::*;
 
 use super::chunk_io::{ChunkView, PairShape, StagedPair, fetch_pair, staged_pair, store_pair};
-use super::chunk_io::{tile_chunks, tile_stride};
-use crate::config::MMA_CHUNK;
+use super::chunk_io::{CHUNK as MMA_CHUNK, tile_chunks, tile_stride};
 
 /// Per-cube state of a stream and its two steps (see the module doc).
 #[cube]

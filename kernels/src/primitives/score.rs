@@ -249,3 +249,33 @@ pub fn softmax_input<F: Float, M: Int>(
         )
     }
 }
+
+/// Base offsets and strides of the mask and bias for one (batch, head); zeros when absent.
+#[cube]
+pub fn score_tensors<F: Float, M: Int>(
+    mask: &Tensor<M>,
+    bias: &Tensor<F>,
+    batch: u32,
+    head: u32,
+    #[comptime] options: ScoreOptions,
+) -> ScoreTensors {
+    let mut tensors = ScoreTensors {
+        mask_base: 0,
+        mask_row_stride: 0,
+        mask_col_stride: 0,
+        bias_base: 0,
+        bias_row_stride: 0,
+        bias_col_stride: 0,
+    };
+    if comptime!(options.has_mask) {
+        tensors.mask_base = batch as usize * mask.stride(0) + head as usize * mask.stride(1);
+        tensors.mask_row_stride = mask.stride(2);
+        tensors.mask_col_stride = mask.stride(3);
+    }
+    if comptime!(options.has_bias) {
+        tensors.bias_base = batch as usize * bias.stride(0) + head as usize * bias.stride(1);
+        tensors.bias_row_stride = bias.stride(2);
+        tensors.bias_col_stride = bias.stride(3);
+    }
+    tensors
+}

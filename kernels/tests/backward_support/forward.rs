@@ -3,7 +3,8 @@
 //! `FULLY_MASKED_LSE`. For the suites that run the forward and the backward on one runtime
 //! (`tests/wave64.rs`, `tests/hip_runtime.rs`).
 use burn_flash_attn_kernels::FlashError;
-use burn_flash_attn_kernels::forward::{ForwardLaunch, ForwardTensors};
+use burn_flash_attn_kernels::forward::ForwardTensors;
+use burn_flash_attn_kernels::plan::ForwardPlan;
 use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind};
 use burn_flash_attn_kernels::reference::{self, Precision};
@@ -12,12 +13,12 @@ use cubecl::prelude::*;
 
 use super::*;
 
-/// Launches the forward of one problem on poisoned outputs.
+/// Plans and launches the forward of one problem on poisoned outputs; returns the plan.
 pub type Launcher<'a> = &'a dyn Fn(
     &ComputeClient<TestRuntime>,
     &AttentionProblem,
     ForwardTensors<TestRuntime>,
-) -> Result<ForwardLaunch, FlashError>;
+) -> Result<ForwardPlan, FlashError>;
 
 /// Runs the forward of `case` through `launch`; a problem the device refuses
 /// (`FlashError::Device`) is skipped with its reason.
@@ -67,7 +68,7 @@ pub fn run_forward(case: &Case, launch: Launcher) -> Result<(), String> {
         }
         Err(e) => return Err(format!("{}: valid problem refused: {e}", case.name())),
     };
-    println!("case {} seed {seed}: {}", case.name(), launched.reason);
+    println!("case {} seed {seed}: {}", case.name(), launched);
     let got_o = read_float(&client, case.dtype, &o);
     let got_lse = read_float(&client, FloatKind::F32, &lse);
     let oracle = reference::forward(&p, &data.inputs(), Precision::F64);

@@ -2,7 +2,7 @@
 //! comparison with the f64 oracle under the FlashAttention tolerance rule.
 #![allow(dead_code)]
 
-use burn_flash_attn_kernels::backward::{BackwardTensors, flash_attention_backward};
+use burn_flash_attn_kernels::backward::BackwardTensors;
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
 use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
@@ -200,7 +200,7 @@ pub fn precision(dtype: FloatKind) -> Precision {
 
 /// Whether the test device can run the case's element types; prints why not.
 pub fn supported(client: &ComputeClient<TestRuntime>, case: &Case) -> bool {
-    use burn_flash_attn_kernels::heuristics::{elem_type, mask_elem_type};
+    use burn_flash_attn_kernels::plan::{elem_type, mask_elem_type};
     let props = client.properties();
     let ok = props.supports_type(elem_type(case.dtype))
         && case
@@ -421,7 +421,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
     let start = std::time::Instant::now();
-    let launch = flash_attention_backward(&client, &problem, device.tensors())
+    let launch = crate::planning::launch_backward(&client, &problem, device.tensors())
         .map_err(|e| format!("{}: {e}", case.name()))?;
     let dq = read_float(&client, case.dtype, &device.dq);
     let dk = read_float(&client, case.dtype, &device.dk);

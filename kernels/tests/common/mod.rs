@@ -49,7 +49,7 @@ pub fn simulated_device(
     shared_memory: usize,
     cmma_dtypes: &[FloatKind],
 ) -> cubecl::ir::DeviceProperties {
-    use burn_flash_attn_kernels::heuristics::elem_type;
+    use burn_flash_attn_kernels::plan::elem_type;
     use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
 
     let mut props = base.clone();
@@ -74,7 +74,7 @@ pub fn simulated_device(
 
 /// An H200 (f16 and bf16 cmma, and the register-level 16x8x16 mma) built on `base`.
 pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    use burn_flash_attn_kernels::heuristics::elem_type;
+    use burn_flash_attn_kernels::plan::elem_type;
     use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
 
     let dtypes = [FloatKind::F16, FloatKind::BF16];

@@ -7,6 +7,8 @@
 //! print why and pass.
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../planning/mod.rs"]
+mod planning;
 
 /// One `#[test]` per case, named after it.
 macro_rules! forward_cases {
@@ -30,7 +32,8 @@ mod shapes;
 
 use burn_flash_attn_kernels::FlashError;
 use burn_flash_attn_kernels::FloatKind::F32;
-use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward_on};
+use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
+use burn_flash_attn_kernels::plan::DeviceCaps;
 
 use case::case;
 use common::{Elem, client, filled};
@@ -56,7 +59,9 @@ fn launcher_refuses_tensors_that_disagree_with_the_problem() {
         o: wrong_o.binding(),
         lse: lse.binding(),
     };
-    let result = flash_attention_forward_on(&client, &problem, tensors, None);
+    let plan = planning::forward_plan_for(&DeviceCaps::of(&client), &problem, tensors.layout(F32), None)
+        .expect("planned");
+    let result = flash_attention_forward(&client, &problem, &plan, tensors);
     assert!(
         matches!(
             result,

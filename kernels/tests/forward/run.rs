@@ -1,14 +1,15 @@
 //! Running one case: inputs drawn and uploaded, the launch, and the checks of o and lse.
 
 use burn_flash_attn_kernels::FloatKind::F32;
-use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward_on};
-use burn_flash_attn_kernels::heuristics::{has_matrix_units, has_register_mma, plan_forward};
+use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
+use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
 use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
 use burn_flash_attn_kernels::tolerance::{OUTPUT_FACTOR, check};
 use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
 
 use crate::case::{Case, MASKED_FRACTION, MaskFill, V_AMPLITUDE};
+use crate::planning::forward_plan_for;
 use crate::common::{
     self, Elem, client, filled, precision, random_mask, random_values, read, rng, upload,
 };
@@ -95,9 +96,11 @@ pub(crate) fn run(name: &str, case: Case) {
         o: o_dev.binding(),
         lse: lse_dev.binding(),
     };
-    let launch = flash_attention_forward_on(&client, p, tensors, case.path)
+    let plan = forward_plan_for(&DeviceCaps::of(&client), p, tensors.layout(kind), case.path)
+        .unwrap_or_else(|e| panic!("{name} (seed {seed}): planning refused: {e}"));
+    flash_attention_forward(&client, p, &plan, tensors)
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): launch refused: {e}"));
-    println!("{name}: {}", launch.reason);
+    println!("{name}: {plan}");
     let o = read(&client, &o_dev);
     let lse = read(&client, &lse_dev);
 
@@ -130,20 +133,20 @@ fn runnable(
     problem: &AttentionProblem,
     path: Option<ForwardPath>,
 ) -> Result<(), String> {
-    let props = client.properties();
-    if path == Some(ForwardPath::Matrix) && !has_matrix_units(props, problem.dtype) {
+    let caps = DeviceCaps::of(client);
+    if path == Some(ForwardPath::Matrix) && !caps.has_matrix_units(problem.dtype) {
         return Err(format!(
             "no 16x16x16 {:?} cmma, the matrix path cannot run",
             problem.dtype
         ));
     }
-    if path == Some(ForwardPath::Mma) && !has_register_mma(props, problem.dtype) {
+    if path == Some(ForwardPath::Mma) && !caps.has_register_mma(problem.dtype) {
         return Err(format!(
             "no 16x8x16 {:?} register mma, the mma path cannot run",
             problem.dtype
         ));
     }
-    match plan_forward(props, problem, path) {
+    match forward_plan_for(&caps, problem, Layout::CHUNKED, path) {
         Err(FlashError::Device(reason)) => Err(reason),
         Err(other) => panic!("valid problem refused: {other}"),
         Ok(_) => Ok(()),

@@ -2,13 +2,14 @@
 //!
 //! A variant is what a launch compiles: the kernel, its comptime config (which carries the
 //! score options, block sizes and dims), the element type and the mask's element type. The
-//! configs come from the real planners (`plan_forward`, `plan_backward`) on the client's
+//! configs come from the real planners (`plan::forward`, `plan::backward`) on the client's
 //! properties; the cube dims are the launchers' (`CubeDim::new_1d(units)` for the portable
 //! and backward kernels, one plane per 16 query rows on the matrix path).
+use crate::planning;
 use std::collections::BTreeMap;
 
 use burn_flash_attn_kernels::backward::config::{
-    BackwardConfig, BackwardKernel, BackwardPath, plan_backward,
+    BackwardConfig, BackwardKernel, BackwardPath,
 };
 use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
 use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
@@ -16,7 +17,6 @@ use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
 use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
-use burn_flash_attn_kernels::heuristics::plan_forward;
 use burn_flash_attn_kernels::primitives::score::{ScoreOptions, ScoreParamsCompilationArg};
 use burn_flash_attn_kernels::{AttentionProblem, FlashConfig, FloatKind, ForwardPath, MaskKind};
 use cubecl::ir::{AddressType, DeviceProperties};
@@ -124,7 +124,7 @@ pub fn routed_variants(
     let mut variants = BTreeMap::new();
     for problem in problems {
         let mask = problem.mask.unwrap_or(MaskKind::U32);
-        let forward = plan_forward(props, problem, None)
+        let forward = planning::forward_plan(props, problem, None)
             .unwrap_or_else(|e| panic!("{problem:?} refused on gfx942: {e}"));
         let mut add = |kernel, reason: String| {
             let variant = Variant {
@@ -134,11 +134,11 @@ pub fn routed_variants(
             };
             variants.entry(variant.name()).or_insert((variant, reason));
         };
-        add(KernelConfig::Forward(forward.config), forward.reason);
+        add(KernelConfig::Forward(forward.config), forward.to_string());
         for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
-            let plan = plan_backward(props, problem, kernel)
+            let plan = planning::gradient_plan(props, problem, kernel)
                 .unwrap_or_else(|e| panic!("{problem:?} backward refused on gfx942: {e}"));
-            add(KernelConfig::Backward(plan.config), plan.reason);
+            add(KernelConfig::Backward(plan.config), plan.to_string());
         }
         let preprocess = Variant {
             kernel: KernelConfig::Preprocess,

@@ -2,7 +2,6 @@
 use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::forward::score_tensors;
 use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
 use crate::primitives::chunk_io::{buffer_row, chunk_view, copy_rows};
 use crate::primitives::mma::{
@@ -10,7 +9,7 @@ use crate::primitives::mma::{
     zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
-use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::query_stats::{QueryStats, fetch_stats, store_stats};

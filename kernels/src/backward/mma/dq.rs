@@ -2,7 +2,6 @@
 use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::forward::score_tensors;
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
@@ -12,7 +11,7 @@ use crate::primitives::mma::{
     zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
-use crate::primitives::score::{ScoreParams, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};

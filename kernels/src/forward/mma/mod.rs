@@ -36,9 +36,9 @@ use crate::primitives::mma::{
     load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
-use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors};
+use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score_tensors};
 
-use super::{ForwardArgs, score_tensors};
+use super::ForwardArgs;
 use io::write_row;
 use rows::{Rows, query_fragments, query_step, softmax_row_tile};
 

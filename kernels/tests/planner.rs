@@ -1,8 +1,9 @@
 //! Path and block choices for the devices we target, from their properties: lavapipe (the
 //! test client itself), and MI300X / H200 properties built on top of it.
 mod common;
+mod planning;
 
-use burn_flash_attn_kernels::heuristics::{has_matrix_units, plan_forward};
+use burn_flash_attn_kernels::plan::DeviceCaps;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
@@ -26,8 +27,8 @@ fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
 }
 
 fn path(props: &DeviceProperties, dtype: FloatKind, head_dim: usize) -> ForwardPath {
-    let plan = plan_forward(props, &problem(dtype, head_dim), None).expect("planned");
-    println!("{dtype:?} hd{head_dim}: {}", plan.reason);
+    let plan = planning::forward_plan(props, &problem(dtype, head_dim), None).expect("planned");
+    println!("{dtype:?} hd{head_dim}: {}", plan);
     assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
     assert!(plan.config.units() <= props.hardware.max_units_per_cube);
     plan.config.path
@@ -38,7 +39,7 @@ fn test_device_never_takes_the_matrix_path_without_cmma() {
     let client = common::client();
     let props = client.properties();
     for dtype in [FloatKind::F16, FloatKind::F32] {
-        if !has_matrix_units(props, dtype) {
+        if !DeviceCaps::new(props, planning::SIMULATED).has_matrix_units(dtype) {
             for head_dim in [32, 64, 128, 256] {
                 assert_eq!(path(props, dtype, head_dim), ForwardPath::Portable);
             }
@@ -88,8 +89,8 @@ fn mma_blocks_shrink_to_fit_99_kib_of_shared_memory() {
             causal,
             ..problem(FloatKind::BF16, 128)
         };
-        let plan = plan_forward(&props, &case, None).expect("planned");
-        println!("causal {causal}: {}", plan.reason);
+        let plan = planning::forward_plan(&props, &case, None).expect("planned");
+        println!("causal {causal}: {}", plan);
         assert_eq!(plan.config.path, ForwardPath::Mma, "causal {causal}");
         assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
         assert_eq!(plan.config.block_kv, 32, "causal {causal}");
@@ -104,7 +105,7 @@ fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
     // head_dim 256 matrix tiles exceed 64 KiB of LDS: the portable path takes over.
     assert_eq!(path(&props, FloatKind::F16, 256), ForwardPath::Portable);
     assert_eq!(path(&props, FloatKind::BF16, 128), ForwardPath::Portable);
-    let plan = plan_forward(&props, &problem(FloatKind::F16, 64), None).expect("planned");
+    let plan = planning::forward_plan(&props, &problem(FloatKind::F16, 64), None).expect("planned");
     assert_eq!(
         plan.config.units_per_row, 4,
         "wave64: 64 lanes over 16 rows"
@@ -115,8 +116,8 @@ fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
 fn forcing_the_matrix_path_without_cmma_is_an_error() {
     let client = common::client();
     let props = client.properties();
-    if !has_matrix_units(props, FloatKind::F16) {
-        let result = plan_forward(
+    if !DeviceCaps::new(props, planning::SIMULATED).has_matrix_units(FloatKind::F16) {
+        let result = planning::forward_plan(
             props,
             &problem(FloatKind::F16, 64),
             Some(ForwardPath::Matrix),
@@ -133,7 +134,7 @@ fn unsupported_problems_are_typed_errors() {
         ..problem(FloatKind::F16, 64)
     };
     assert!(matches!(
-        burn_flash_attn_kernels::plan(&client, &too_wide),
+        planning::forward_plan(client.properties(), &too_wide, None),
         Err(burn_flash_attn_kernels::FlashError::DimTooLarge {
             dim: "head_dim",
             value: 300,
@@ -145,7 +146,7 @@ fn unsupported_problems_are_typed_errors() {
         ..problem(FloatKind::F16, 64)
     };
     assert!(matches!(
-        burn_flash_attn_kernels::plan(&client, &empty),
+        planning::forward_plan(client.properties(), &empty, None),
         Err(burn_flash_attn_kernels::FlashError::EmptyDimension { dim: "seq_kv" })
     ));
     let bad_cap = AttentionProblem {
@@ -153,7 +154,7 @@ fn unsupported_problems_are_typed_errors() {
         ..problem(FloatKind::F16, 64)
     };
     assert!(matches!(
-        burn_flash_attn_kernels::plan(&client, &bad_cap),
+        planning::forward_plan(client.properties(), &bad_cap, None),
         Err(burn_flash_attn_kernels::FlashError::InvalidSoftcap(_))
     ));
 }

@@ -1,9 +1,12 @@
 //! Block sizes of the register-level mma kernels (forward and backward): the defaults measured
-//! on the H200, and the `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD` benchmarking overrides.
-use cubecl::ir::DeviceProperties;
+//! on an H200, how they shrink to smaller shared memories, and the text form of an explicit
+//! override ([`crate::plan::Tuning`]; the benches and test binaries parse it from their flags).
+use core::fmt;
+use core::str::FromStr;
 
-use super::MMA_PLANE_SIZE;
+use super::device::{DeviceCaps, MMA_PLANE_SIZE};
 use crate::config::{FlashConfig, ForwardPath};
+use crate::error::FlashError;
 use crate::primitives::dot::DotSum;
 use crate::primitives::mma::TILE_M;
 use crate::problem::AttentionProblem;
@@ -12,8 +15,8 @@ use crate::problem::AttentionProblem;
 /// `block_kv` key/value rows per block (the backward's inner block), `buffers` (1 or 2)
 /// shared-memory copies of the streamed block, and whether it streams by `cp.async` (two
 /// buffers, devices with `copy_async`; the forward only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MmaBlocks {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmaBlocks {
     pub planes: u32,
     pub block_kv: u32,
     pub plane_rows: u32,
@@ -22,11 +25,30 @@ pub(crate) struct MmaBlocks {
 }
 
 impl MmaBlocks {
+    /// Checks what the mma kernels can take: 1..=16 planes, streamed rows a positive multiple
+    /// of 16, planes of 16 or 32 rows, 1 or 2 buffers.
+    pub fn validate(&self) -> Result<(), FlashError> {
+        let valid = (1..=16).contains(&self.planes)
+            && self.block_kv >= TILE_M
+            && self.block_kv.is_multiple_of(TILE_M)
+            && (self.plane_rows == TILE_M || self.plane_rows == 2 * TILE_M)
+            && (self.buffers == 1 || self.buffers == 2);
+        if valid {
+            Ok(())
+        } else {
+            Err(FlashError::InvalidTuning(format!(
+                "mma blocks {self}: planes 1..=16, rows a positive multiple of {TILE_M}, \
+                 plane_rows {TILE_M} or {}, buffers 1 or 2",
+                2 * TILE_M
+            )))
+        }
+    }
+
     /// The mma forward's config for these blocks (`async_copy` only with two buffers on a
     /// device with `copy_async`).
     pub(crate) fn forward_config(
         self,
-        props: &DeviceProperties,
+        caps: &DeviceCaps,
         problem: &AttentionProblem,
     ) -> FlashConfig {
         FlashConfig {
@@ -40,7 +62,7 @@ impl MmaBlocks {
             elem_bytes: problem.dtype.size() as u32,
             precise_math: false,
             kv_buffers: self.buffers,
-            async_kv: self.async_copy && self.buffers == 2 && props.features.copy_async,
+            async_kv: self.async_copy && self.buffers == 2 && caps.copy_async(),
             dot: DotSum::Plain,
             score: problem.score_options(),
         }
@@ -49,7 +71,7 @@ impl MmaBlocks {
     /// The next smaller blocks to try where these do not fit the device's shared memory: half
     /// the streamed rows (down to 32), then one buffer (which streams through registers), then
     /// 16-row planes (twice as many, the same query block); `None` below that.
-    pub(crate) fn smaller(self) -> Option<MmaBlocks> {
+    pub fn smaller(self) -> Option<MmaBlocks> {
         if self.block_kv > 2 * TILE_M {
             Some(MmaBlocks {
                 block_kv: self.block_kv / 2,
@@ -83,64 +105,42 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
     }
 }
 
-/// The mma forward's blocks, unless
-/// `BURN_FLASH_MMA=planes,block_kv[,plane_rows[,buffers[,async]]]` overrides them (a
-/// benchmarking knob): `planes` planes of `plane_rows` query rows, `block_kv` keys per block,
-/// `buffers` shared-memory copies of the key/value block, `async` 1 to stream it by `cp.async`
-/// (devices without `copy_async` stream through registers). The defaults are the fastest of
-/// one H200 tuning call (bf16, forward TFLOP/s, `benches/device/run.sh tune`, benches/RESULTS.md
-/// 2026-11-30 fifth session, `tune-1.csv`) at the issues' two bar shapes, not causal / causal:
-/// - not causal: 4 planes of 32 rows, 64 keys, 2 buffers by cp.async: 190.9 at (64,12,1024,64),
-///   246.5 at (16,16,2048,128) (through registers, 4 x 64 x 32 x 2 at head_dim 64 and
-///   4 x 32 x 32 x 2 at 128: 151.1 / 197.5);
+/// The mma forward's measured blocks: the fastest of one tuning run (H200, bf16, forward
+/// TFLOP/s, 2026-11-30, commit a4ea89f, `benches/results/2026-11-30-h200-7173502/tune.csv`) at
+/// (64,12,1024,64) and (16,16,2048,128), not causal / causal:
+/// - not causal: 4 planes of 32 rows, 64 keys, 2 buffers by cp.async: 190.9 and 246.5 (through
+///   registers, 4 x 64 x 32 x 2 at head_dim 64 and 4 x 32 x 32 x 2 at 128: 151.1 / 197.5);
 /// - causal: 4 planes of 32 rows, 32 keys, 2 buffers by cp.async: 124.3 and 187.9 (through
 ///   registers, 8 x 32 x 16 x 2 / 4 x 32 x 32 x 2: 100.2 / 154.4).
 ///
 /// Through registers, 32-row planes spilled with 64 keys (the staged block costs 32 to 64
 /// registers); 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
-pub(crate) fn forward(causal: bool) -> MmaBlocks {
-    from_env("BURN_FLASH_MMA").unwrap_or(MmaBlocks {
+pub fn forward_default(causal: bool) -> MmaBlocks {
+    MmaBlocks {
         async_copy: true,
         ..if causal {
             blocks(4, 32, 32, 2)
         } else {
             blocks(4, 64, 32, 2)
         }
-    })
+    }
 }
 
-/// The mma backward's blocks, unless `BURN_FLASH_MMA_BWD=planes,inner[,16[,buffers[,async]]]`
-/// overrides them (a benchmarking knob): planes per cube (the outer, accumulated block is 16
+/// The mma backward's measured blocks: planes per cube (the outer, accumulated block is 16
 /// rows per plane), rows of the inner (streamed) block, its shared-memory buffers (1: each
 /// inner block loaded between two cube waits; 2: the next one started while this one
-/// computes, into the other buffer, one wait per block) and `async` 1 to stream it by
-/// `cp.async`. The default is the best balance of one H200 tuning call (bf16, forward +
-/// backward TFLOP/s with the forward at its previous defaults, benches/RESULTS.md 2026-11-30
-/// fifth session, `tune-1.csv`): 4 planes x 32 inner rows, one buffer, by cp.async: 139.0 /
-/// 98.6 at (64,12,1024,64) not causal / causal, 156.2 / 131.6 at (16,16,2048,128); 8 x 32 x 2
-/// by cp.async: 135.2 / 93.9 and 160.8 / 127.7; the previous defaults through registers
-/// (4 x 32 x 1 at head_dim 64, 8 x 32 x 2 at 128): 133.3 / 98.0 and 147.0 / 120.7.
-/// 64-row inner blocks were slower everywhere (fourth session). The override takes 16-row
-/// planes only.
-pub(crate) fn backward() -> MmaBlocks {
-    from_env("BURN_FLASH_MMA_BWD")
-        .filter(|blocks| blocks.plane_rows == TILE_M)
-        .unwrap_or(MmaBlocks {
-            async_copy: true,
-            ..blocks(4, 32, TILE_M, 1)
-        })
-}
-
-/// A benchmarking override of an mma path's blocks:
-/// `VAR=planes,rows[,plane_rows[,buffers[,async]]]` (see [`parse`]); an invalid value is
-/// logged (`log::warn`) and ignored: the defaults apply.
-fn from_env(var: &str) -> Option<MmaBlocks> {
-    let value = std::env::var(var).ok()?;
-    let blocks = parse(&value);
-    if blocks.is_none() {
-        log::warn!("{var}={value:?} is not planes,rows[,plane_rows[,buffers[,async]]]: ignored");
+/// computes) and whether it streams by `cp.async`. The best balance of one tuning run (H200,
+/// bf16, forward + backward TFLOP/s, 2026-11-30, commit a4ea89f,
+/// `benches/results/2026-11-30-h200-7173502/tune.csv`): 4 planes x 32 inner rows, one buffer,
+/// by cp.async: 139.0 / 98.6 at (64,12,1024,64) not causal / causal, 156.2 / 131.6 at
+/// (16,16,2048,128); 8 x 32 x 2 by cp.async: 135.2 / 93.9 and 160.8 / 127.7. 64-row inner
+/// blocks were slower everywhere (H200, 2026-11-30, commit 863d8fd,
+/// `benches/results/2026-11-30-h200-0af16f3/tune.csv`).
+pub fn backward_default() -> MmaBlocks {
+    MmaBlocks {
+        async_copy: true,
+        ..blocks(4, 32, TILE_M, 1)
     }
-    blocks
 }
 
 /// `planes,rows[,plane_rows[,buffers[,async]]]` with 1..=16 planes, rows a positive multiple
@@ -160,16 +160,32 @@ fn parse(value: &str) -> Option<MmaBlocks> {
         }
         _ => return None,
     };
-    let valid = (1..=16).contains(&planes)
-        && block_kv >= TILE_M
-        && block_kv.is_multiple_of(TILE_M)
-        && (plane_rows == TILE_M || plane_rows == 2 * TILE_M)
-        && (buffers == 1 || buffers == 2)
-        && (async_copy == 0 || async_copy == 1);
-    valid.then_some(MmaBlocks {
+    let blocks = MmaBlocks {
         async_copy: async_copy == 1,
         ..blocks(planes, block_kv, plane_rows, buffers)
-    })
+    };
+    (async_copy <= 1 && blocks.validate().is_ok()).then_some(blocks)
+}
+
+/// The text form `planes,rows[,plane_rows[,buffers[,async]]]` (see [`parse`]).
+impl FromStr for MmaBlocks {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        parse(value).ok_or_else(|| {
+            format!(
+                "{value:?} is not planes,rows[,plane_rows[,buffers[,async]]] (planes 1..=16, rows a \
+                 positive multiple of 16, plane_rows 16 or 32, buffers 1 or 2, async 0 or 1)"
+            )
+        })
+    }
+}
+
+impl fmt::Display for MmaBlocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let MmaBlocks { planes, block_kv, plane_rows, buffers, async_copy } = *self;
+        write!(f, "{planes},{block_kv},{plane_rows},{buffers},{}", u32::from(async_copy))
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,116 @@
+//! Host-side checks shared by the forward and backward launchers: the tensors against the
+//! problem, the plan against the problem and the client, and the stand-ins bound for absent
+//! optional tensors. The kernels trust what passes here.
+use cubecl::prelude::*;
+
+use crate::error::FlashError;
+use crate::plan::{DeviceCaps, Layout};
+use crate::problem::AttentionProblem;
+
+/// A tensor's name, its binding (`None` for an absent optional tensor) and the shape the
+/// problem implies.
+pub(crate) type ExpectedShape<'a, R> = (&'static str, Option<&'a TensorBinding<R>>, Vec<usize>);
+
+/// The shapes every attention tensor must have.
+pub(crate) struct Shapes {
+    pub q: Vec<usize>,
+    pub k: Vec<usize>,
+    pub v: Vec<usize>,
+    pub o: Vec<usize>,
+    pub scores: Vec<usize>,
+    pub rows: Vec<usize>,
+}
+
+impl Shapes {
+    pub(crate) fn of(p: &AttentionProblem) -> Shapes {
+        let (b, h) = (p.batch, p.num_heads);
+        Shapes {
+            q: vec![b, h, p.seq_q, p.head_dim],
+            k: vec![b, h, p.seq_kv, p.head_dim],
+            v: vec![b, h, p.seq_kv, p.val_dim],
+            o: vec![b, h, p.seq_q, p.val_dim],
+            scores: vec![b, h, p.seq_q, p.seq_kv],
+            rows: vec![b, h, p.seq_q],
+        }
+    }
+}
+
+/// Checks every tensor's shape and rank against the problem, and that the optional mask and
+/// bias are present exactly when the problem says so.
+pub(crate) fn check_shapes<R: Runtime>(
+    problem: &AttentionProblem,
+    expected: &[ExpectedShape<'_, R>],
+    mask: bool,
+    bias: bool,
+) -> Result<(), FlashError> {
+    for (what, binding, shape) in expected {
+        let Some(binding) = binding else { continue };
+        if binding.shape.as_ref() != shape.as_slice() || binding.strides.len() != shape.len() {
+            return Err(FlashError::ShapeMismatch {
+                what,
+                detail: format!(
+                    "expected shape {shape:?}, got {:?} with {} strides",
+                    binding.shape.as_ref(),
+                    binding.strides.len()
+                ),
+            });
+        }
+    }
+    if mask != problem.mask.is_some() || bias != problem.has_bias {
+        return Err(FlashError::ShapeMismatch {
+            what: "optional tensors",
+            detail: format!(
+                "problem says mask {:?}, bias {}; got mask {mask}, bias {bias}",
+                problem.mask, problem.has_bias
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that a cube of a plan fits the client's device, and that inputs a plan loads in
+/// chunks are laid out for it.
+pub(crate) fn check_plan_fits<R: Runtime>(
+    client: &ComputeClient<R>,
+    shared_memory: usize,
+    units: u32,
+    needs_chunked_rows: bool,
+    layout: Layout,
+) -> Result<(), FlashError> {
+    let caps = DeviceCaps::of(client);
+    if !caps.fits(shared_memory, units) {
+        return Err(FlashError::Device(format!(
+            "the plan needs {shared_memory} bytes of shared memory and {units} units per cube; \
+             the device has {} and {}",
+            caps.shared_memory(),
+            caps.max_units()
+        )));
+    }
+    if needs_chunked_rows && !layout.rows_chunked {
+        return Err(FlashError::Device(
+            "the plan's mma kernels need q, k, v (and d_out) rows in contiguous 16-byte chunks"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Binds the optional mask and bias: without a mask a 1-element u32 stand-in, without a bias
+/// q again (same element type). The kernels never read either (`has_mask` / `has_bias` are
+/// comptime false).
+pub(crate) fn optional_args<R: Runtime>(
+    client: &ComputeClient<R>,
+    mask: Option<TensorBinding<R>>,
+    bias: Option<TensorBinding<R>>,
+    q: &TensorBinding<R>,
+) -> (TensorArg<R>, TensorArg<R>) {
+    let stand_in = || {
+        let handle = client.create_from_slice(u32::as_bytes(&[0u32]));
+        // SAFETY: a 1-element tensor with 1 element of storage.
+        unsafe { TensorArg::from_raw_parts(handle, [0, 0, 0, 0].into(), [1, 1, 1, 1].into()) }
+    };
+    (
+        mask.map_or_else(stand_in, TensorBinding::into_tensor_arg),
+        bias.unwrap_or_else(|| q.clone()).into_tensor_arg(),
+    )
+}

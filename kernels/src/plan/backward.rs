@@ -1,0 +1,262 @@
+//! The backward's paths and blocks (the dK/dV and the dQ kernel), with the reason for each.
+//!
+//! Both gradient kernels work on a pair of blocks at a time: `block_q` query rows (with their
+//! `d_out`, lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks
+//! for a fixed key/value block; dQ iterates over key/value blocks for a fixed query block.
+use core::fmt;
+
+use crate::backward::config::{BackwardConfig, BackwardKernel, BackwardPath};
+use crate::config::MATRIX_TILE;
+use crate::error::FlashError;
+use crate::primitives::mma::LANES;
+use crate::problem::AttentionProblem;
+
+use super::device::DeviceCaps;
+use super::forward::mma_fits_registers;
+use super::mma_blocks::{self, MmaBlocks};
+use super::{Layout, Tuning};
+
+/// Block sizes tried, largest first. Powers of two keep the work per unit even; 1 makes every
+/// head_dim fit any device with at least a few KiB of shared memory.
+const BLOCK_CANDIDATES: [u32; 7] = [64, 32, 16, 8, 4, 2, 1];
+/// Units per cube for small block pairs: 4 planes of 32, 2 waves of 64, 16 lavapipe planes.
+const UNITS_SMALL: u32 = 128;
+/// Units per cube once a block pair has at least `UNITS_LARGE * 8` entries, so that each unit
+/// still owns several score entries and accumulator elements.
+const UNITS_LARGE: u32 = 256;
+/// Planes per cube at the least: one per SIMD of a CDNA3 CU (one per sub-partition of an
+/// NVIDIA SM), so that a cube whose tiles fill the shared memory alone still keeps them all
+/// busy. It only matters for wave64 (`UNITS_SMALL` is 2 waves of 64: with one such cube per
+/// CU, 2 of the 4 SIMDs of an MI300X CU idled, docs/HIP.md gap 3).
+const PLANES_PER_CUBE_AT_LEAST: u32 = 4;
+/// Score entries per unit from which the larger cube pays off.
+const ENTRIES_PER_UNIT_FOR_LARGE: u32 = 8;
+/// Register budget of the accumulators of one unit (f32 values, the sums and their Kahan
+/// compensations): beyond this the compilers spill to local memory, which costs more
+/// than smaller blocks. At 128, 26 of the 516 portable dK/dV and dQ variants compiled for
+/// gfx942 spilled VGPRs (up to 178, with 256 VGPRs and 256 AGPRs in use); at 64 none does
+/// (`scripts/hip_offline_check.sh`, docs/HIP.md).
+const MAX_ACCUMULATORS_PER_UNIT: u32 = 64;
+
+/// Smallest block the planner starts from, however short the sequence: blocks of 1-4 rows
+/// leave most of a 128-unit cube idle and, at head_dim 128, spilled scalar registers on gfx942
+/// (docs/HIP.md, known gap 2). Smaller candidates remain for fitting wide heads.
+const SMALLEST_USEFUL_BLOCK: u32 = 8;
+
+/// Why a gradient kernel takes its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradientChoice {
+    /// The device registers the 16x8x16 register mma for the dtype, the dims fit it, and the
+    /// measured or tuned blocks (or smaller ones) fit the device.
+    RegisterMma,
+    /// No register mma for the dtype on this device, or dims it cannot hold.
+    NoRegisterMma,
+    /// The inputs' rows are not 16-byte chunks ([`Layout`]), which the mma kernels load.
+    RowsNotChunked,
+    /// The mma blocks do not fit the device, even the smallest.
+    MmaDoesNotFit,
+}
+
+/// One gradient kernel's configuration, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientPlan {
+    pub config: BackwardConfig,
+    pub choice: GradientChoice,
+    /// Shared memory of the device it was planned for, in bytes.
+    pub device_shared_memory: usize,
+}
+
+/// The backward's plan: the delta preprocess (no choices), then dK/dV, then dQ.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackwardPlan {
+    pub dkdv: GradientPlan,
+    pub dq: GradientPlan,
+}
+
+impl BackwardPlan {
+    /// Whether the gradient kernels load q, k, v and d_out rows in 16-byte chunks.
+    pub fn needs_chunked_rows(&self) -> bool {
+        self.dkdv.config.path == BackwardPath::Mma || self.dq.config.path == BackwardPath::Mma
+    }
+}
+
+impl fmt::Display for GradientChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GradientChoice::RegisterMma => "16x8x16 register mma is registered",
+            GradientChoice::NoRegisterMma => "no 16x8x16 register mma for the dtype and dims",
+            GradientChoice::RowsNotChunked => {
+                "q, k, v, d_out rows are not contiguous 16-byte chunks, which the mma path loads"
+            }
+            GradientChoice::MmaDoesNotFit => "the mma blocks do not fit the device",
+        })
+    }
+}
+
+impl fmt::Display for GradientPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        let path = match c.path {
+            BackwardPath::Mma => "mma",
+            BackwardPath::Portable => "portable",
+        };
+        write!(
+            f,
+            "{:?} kernel, {path} path ({}): block_q = {}, block_kv = {}, {} units",
+            c.kernel, self.choice, c.block_q, c.block_kv, c.units
+        )?;
+        if c.path == BackwardPath::Mma {
+            write!(
+                f,
+                ", {} inner buffer(s){}",
+                c.buffers,
+                if c.async_inner { " filled by cp.async" } else { "" }
+            )?;
+        }
+        write!(f, ", {} of {} bytes of shared memory", c.shared_memory_bytes(), self.device_shared_memory)
+    }
+}
+
+impl fmt::Display for BackwardPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.dkdv, self.dq)
+    }
+}
+
+/// Plans both gradient kernels.
+pub fn backward(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    layout: Layout,
+    tuning: &Tuning,
+) -> Result<BackwardPlan, FlashError> {
+    problem.validate()?;
+    caps.check_types(problem)?;
+    if let Some(blocks) = tuning.backward_mma {
+        blocks.validate()?;
+        if blocks.plane_rows != MATRIX_TILE {
+            return Err(FlashError::InvalidTuning(format!(
+                "backward mma blocks {blocks}: the gradient kernels take {MATRIX_TILE}-row planes"
+            )));
+        }
+    }
+    Ok(BackwardPlan {
+        dkdv: gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?,
+        dq: gradient(caps, problem, layout, tuning, BackwardKernel::Query)?,
+    })
+}
+
+/// One gradient kernel: the mma path where the device, dims and layout allow it and its
+/// blocks (or smaller ones) fit, otherwise the portable path.
+pub fn gradient(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    layout: Layout,
+    tuning: &Tuning,
+    kernel: BackwardKernel,
+) -> Result<GradientPlan, FlashError> {
+    let plan = |config, choice| GradientPlan { config, choice, device_shared_memory: caps.shared_memory() };
+    let choice = if !(caps.has_register_mma(problem.dtype) && mma_fits_registers(problem)) {
+        GradientChoice::NoRegisterMma
+    } else if !layout.rows_chunked {
+        GradientChoice::RowsNotChunked
+    } else {
+        let mut blocks = Some(tuning.backward_mma.unwrap_or_else(mma_blocks::backward_default));
+        while let Some(candidate) = blocks {
+            let config = mma_config(caps, problem, kernel, candidate);
+            if fits(caps, &config) {
+                return Ok(plan(config, GradientChoice::RegisterMma));
+            }
+            blocks = candidate.smaller();
+        }
+        GradientChoice::MmaDoesNotFit
+    };
+    Ok(plan(portable_config(caps, problem, kernel)?, choice))
+}
+
+/// The mma path's config for `blocks`: `planes` planes of 16 outer (accumulated) rows, an inner
+/// (streamed) block of `blocks.block_kv` rows.
+fn mma_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+    blocks: MmaBlocks,
+) -> BackwardConfig {
+    let MmaBlocks { planes, block_kv: inner, buffers, async_copy, .. } = blocks;
+    let outer = planes * MATRIX_TILE;
+    let (block_q, block_kv) = match kernel {
+        BackwardKernel::KeyValue => (inner, outer),
+        BackwardKernel::Query => (outer, inner),
+    };
+    BackwardConfig {
+        path: BackwardPath::Mma,
+        kernel,
+        block_q,
+        block_kv,
+        head_dim: problem.head_dim as u32,
+        val_dim: problem.val_dim as u32,
+        units: planes * LANES,
+        buffers,
+        async_inner: async_copy && caps.copy_async(),
+        score: problem.score_options(),
+    }
+}
+
+/// Largest candidate block not much larger than the sequence: bigger blocks only idle units.
+fn useful_block(seq: usize) -> u32 {
+    (seq.next_power_of_two() as u32).clamp(SMALLEST_USEFUL_BLOCK, BLOCK_CANDIDATES[0])
+}
+
+/// The portable path: the largest block pair that fits the device's shared memory, cube size
+/// and the accumulator register budget. The outer (accumulated) block is favoured: it is
+/// reused across the whole inner loop.
+fn portable_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+) -> Result<BackwardConfig, FlashError> {
+    let (outer_seq, inner_seq) = match kernel {
+        BackwardKernel::KeyValue => (problem.seq_kv, problem.seq_q),
+        BackwardKernel::Query => (problem.seq_q, problem.seq_kv),
+    };
+    let (max_outer, max_inner) = (useful_block(outer_seq), useful_block(inner_seq));
+    for outer in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_outer) {
+        for inner in BLOCK_CANDIDATES.into_iter().filter(|&b| b <= max_inner) {
+            let (block_q, block_kv) = match kernel {
+                BackwardKernel::KeyValue => (inner, outer),
+                BackwardKernel::Query => (outer, inner),
+            };
+            let units = if block_q * block_kv >= UNITS_LARGE * ENTRIES_PER_UNIT_FOR_LARGE {
+                UNITS_LARGE
+            } else {
+                UNITS_SMALL
+            }
+            .max(PLANES_PER_CUBE_AT_LEAST * caps.plane_size());
+            let config = BackwardConfig {
+                path: BackwardPath::Portable,
+                kernel,
+                block_q,
+                block_kv,
+                head_dim: problem.head_dim as u32,
+                val_dim: problem.val_dim as u32,
+                units,
+                buffers: 1,
+                async_inner: false,
+                score: problem.score_options(),
+            };
+            if fits(caps, &config) && config.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT {
+                return Ok(config);
+            }
+        }
+    }
+    Err(FlashError::Device(format!(
+        "head_dim {} / val_dim {} do not fit in {} bytes of shared memory with 1-row blocks",
+        problem.head_dim,
+        problem.val_dim,
+        caps.shared_memory()
+    )))
+}
+
+fn fits(caps: &DeviceCaps, config: &BackwardConfig) -> bool {
+    caps.fits(config.shared_memory_bytes(), config.units)
+}

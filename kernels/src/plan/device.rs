@@ -1,0 +1,154 @@
+//! What the planner knows of a device: its properties as the kernels may use them.
+//!
+//! Reference devices: lavapipe (32 KiB shared memory, no cmma, plane size 8), MI300X (64 KiB
+//! LDS, wave64, cmma only with `hip-rocwmma` and only f16), H100/H200 (227 KiB, cmma and the
+//! register-level mma for f16/bf16, plane size 32).
+use std::borrow::Cow;
+
+use cubecl::ir::features::MmaConfig;
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageType};
+use cubecl::prelude::*;
+
+use crate::config::MATRIX_TILE;
+use crate::error::FlashError;
+use crate::primitives::mma::{LANES, TILE_M, TILE_N};
+use crate::problem::{AttentionProblem, FloatKind, MaskKind};
+
+/// The manual MMA shape of the mma paths (m16n8k16, PTX fragment layout).
+const MMA_SHAPE: (u32, u32, u32) = (TILE_M, TILE_N, TILE_M);
+/// The plane size the PTX m16n8k16 fragment layout assumes.
+pub(crate) const MMA_PLANE_SIZE: u32 = LANES;
+
+/// A device's properties as the planner uses them. Build it from a client
+/// ([`DeviceCaps::of`]) or, to plan for a device that is not here (tests, the MI300X plans),
+/// from properties and the runtime's name ([`DeviceCaps::new`]).
+#[derive(Debug, Clone)]
+pub struct DeviceCaps<'a> {
+    props: Cow<'a, DeviceProperties>,
+}
+
+impl<'a> DeviceCaps<'a> {
+    /// The capabilities of `client`'s device.
+    pub fn of<R: Runtime>(client: &'a ComputeClient<R>) -> Self {
+        Self::new(client.properties(), R::name(client))
+    }
+
+    /// The capabilities of a device with `props` on the runtime named `runtime`
+    /// (`Runtime::name`). cubecl-hip with `hip-rocwmma` registers bf16 16x16x16 cmma, but its
+    /// bf16 fragments do not compile (rocWMMA has no `PackTraits<__hip_bfloat16>`; docs/HIP.md):
+    /// on HIP runtimes those configs are dropped, so bf16 takes the portable path there. Other
+    /// runtimes' properties pass through.
+    pub fn new(props: &'a DeviceProperties, runtime: &str) -> Self {
+        let bf16: StorageType = elem_type(FloatKind::BF16).into();
+        let broken = |config: &MmaConfig| config.a_type == bf16 || config.b_type == bf16;
+        let props = if runtime.starts_with("hip") && props.features.matmul.cmma.iter().any(broken) {
+            let mut usable = props.clone();
+            usable.features.matmul.cmma.retain(|config| !broken(config));
+            Cow::Owned(usable)
+        } else {
+            Cow::Borrowed(props)
+        };
+        Self { props }
+    }
+
+    /// The properties the plans are made from.
+    pub fn properties(&self) -> &DeviceProperties {
+        &self.props
+    }
+
+    /// Shared memory of one cube, in bytes.
+    pub fn shared_memory(&self) -> usize {
+        self.props.hardware.max_shared_memory_size
+    }
+
+    /// Units of one cube, at most.
+    pub fn max_units(&self) -> u32 {
+        self.props.hardware.max_units_per_cube
+    }
+
+    /// Units of one plane (the largest the device may use).
+    pub fn plane_size(&self) -> u32 {
+        self.props.hardware.plane_size_max
+    }
+
+    /// Whether `cp.async` copies into shared memory exist (the mma paths' streams).
+    pub fn copy_async(&self) -> bool {
+        self.props.features.copy_async
+    }
+
+    /// Whether the device computes in f64 (the portable forward's f32 q·k then sums in f64).
+    pub fn has_f64(&self) -> bool {
+        self.props.supports_type(ElemType::Float(IrFloatKind::F64))
+    }
+
+    /// Whether the device registers a 16x16x16 cmma with `dtype` inputs and f32 accumulation.
+    pub fn has_matrix_units(&self, dtype: FloatKind) -> bool {
+        let elem: StorageType = elem_type(dtype).into();
+        self.props.features.matmul.cmma.contains(&MmaConfig {
+            a_type: elem,
+            b_type: elem,
+            cd_type: ElemType::Float(IrFloatKind::F32).into(),
+            m: MATRIX_TILE,
+            k: MATRIX_TILE,
+            n: MATRIX_TILE,
+        })
+    }
+
+    /// Whether the device registers the manual (register-level) 16x8x16 MMA with `dtype`
+    /// inputs and f32 accumulation, with the plane size of its PTX fragment layout.
+    pub fn has_register_mma(&self, dtype: FloatKind) -> bool {
+        let elem: StorageType = elem_type(dtype).into();
+        let (m, n, k) = MMA_SHAPE;
+        let hardware = &self.props.hardware;
+        hardware.plane_size_max == MMA_PLANE_SIZE
+            && hardware.plane_size_min == MMA_PLANE_SIZE
+            && self.props.features.matmul.mma.contains(&MmaConfig {
+                a_type: elem,
+                b_type: elem,
+                cd_type: ElemType::Float(IrFloatKind::F32).into(),
+                m,
+                n,
+                k,
+            })
+    }
+
+    /// Checks that the device can hold the problem's element types at all.
+    pub fn check_types(&self, problem: &AttentionProblem) -> Result<(), FlashError> {
+        if !self.props.supports_type(elem_type(problem.dtype)) {
+            return Err(FlashError::Device(format!(
+                "{:?} tensors are not supported",
+                problem.dtype
+            )));
+        }
+        if let Some(kind) = problem.mask
+            && !self.props.supports_type(mask_elem_type(kind))
+        {
+            return Err(FlashError::Device(format!(
+                "{kind:?} mask tensors are not supported"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a cube of `units` units and `shared_memory` bytes fits the device.
+    pub(crate) fn fits(&self, shared_memory: usize, units: u32) -> bool {
+        shared_memory <= self.shared_memory() && units <= self.max_units()
+    }
+}
+
+/// The cubecl element type of a [`FloatKind`].
+pub fn elem_type(dtype: FloatKind) -> ElemType {
+    match dtype {
+        FloatKind::F16 => ElemType::Float(IrFloatKind::F16),
+        FloatKind::BF16 => ElemType::Float(IrFloatKind::BF16),
+        FloatKind::F32 => ElemType::Float(IrFloatKind::F32),
+    }
+}
+
+/// The cubecl element type of a [`MaskKind`].
+pub fn mask_elem_type(kind: MaskKind) -> ElemType {
+    match kind {
+        MaskKind::U8 => ElemType::UInt(cubecl::ir::UIntKind::U8),
+        MaskKind::U32 => ElemType::UInt(cubecl::ir::UIntKind::U32),
+    }
+}

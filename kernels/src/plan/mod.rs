@@ -1,0 +1,163 @@
+//! The ONE planner: for one [`AttentionProblem`] on one device, which kernels run, with which
+//! configurations, and why. The launchers take a plan and never plan.
+//!
+//! ```text
+//! problem + DeviceCaps + Layout + Tuning ──plan()──> Plan { forward, backward: Option<..> }
+//!                                                      │            │
+//!                   forward::flash_attention_forward <─┘            └─> backward::flash_attention_backward
+//! ```
+//! - [`DeviceCaps`]: the device's properties as the kernels may use them (shared memory, plane
+//!   size, matrix units, `cp.async`), from a client or simulated for another device.
+//! - [`Layout`]: whether the inputs' rows load in 16-byte chunks (the mma paths need it).
+//! - [`Tuning`]: explicit overrides (a forced forward path, mma blocks) for benches and tests;
+//!   [`Tuning::default`] is what users get. Nothing here reads the environment.
+//! - [`Passes`]: inference plans the forward alone; training plans the backward too, before
+//!   anything runs, so a problem the backward cannot take never starts on the kernels.
+//!
+//! The measured block tables live in [`mma_blocks`], each with the measurement it came from.
+use core::fmt;
+
+use cubecl::prelude::*;
+
+use crate::config::ForwardPath;
+use crate::error::FlashError;
+use crate::primitives::chunk_io::CHUNK;
+use crate::problem::{AttentionProblem, FloatKind};
+
+pub mod backward;
+pub mod device;
+pub mod forward;
+pub mod mma_blocks;
+
+pub use backward::{BackwardPlan, GradientChoice, GradientPlan};
+pub use device::{DeviceCaps, elem_type, mask_elem_type};
+pub use forward::{BlockChoice, ForwardChoice, ForwardPlan};
+pub use mma_blocks::MmaBlocks;
+
+/// How the inputs lie in memory, as far as the plan cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// Every one of q, k, v (and d_out for the backward) has contiguous rows of whole 16-byte
+    /// chunks, with every other stride and its offset multiples of a chunk: what the mma
+    /// kernels load. Views that are not (a transposed last dimension, an odd offset) run on
+    /// the matrix or portable paths, which read any strides, or are copied first.
+    pub rows_chunked: bool,
+}
+
+impl Layout {
+    /// Contiguous rows of whole chunks: what a caller that copies other views first plans for.
+    pub const CHUNKED: Layout = Layout { rows_chunked: true };
+    /// Rows the mma kernels cannot load.
+    pub const STRIDED: Layout = Layout { rows_chunked: false };
+
+    /// The layout of `tensors` of `dtype` elements.
+    pub fn of<R: Runtime>(dtype: FloatKind, tensors: &[&TensorBinding<R>]) -> Layout {
+        Layout { rows_chunked: rows_in_vectors(dtype, CHUNK as usize, tensors) }
+    }
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout::CHUNKED
+    }
+}
+
+/// Whether every tensor can be read in vectors of `width` elements: contiguous rows of a whole
+/// number of vectors, every other stride and the offset multiples of a vector.
+pub fn rows_in_vectors<R: Runtime>(dtype: FloatKind, width: usize, tensors: &[&TensorBinding<R>]) -> bool {
+    let vector_bytes = (width * dtype.size()) as u64;
+    tensors.iter().all(|t| {
+        let strides = t.strides.as_ref();
+        strides.len() == 4
+            && strides[3] == 1
+            && t.shape.as_ref()[3] % width == 0
+            && strides[..3].iter().all(|s| s % width == 0)
+            && t.handle.offset_start.unwrap_or(0) % vector_bytes == 0
+    })
+}
+
+/// Explicit overrides of the planner's choices, for benches, tests and tuning runs. The
+/// default (no override) is what the library picks; an override that the kernels cannot take
+/// is a [`FlashError::InvalidTuning`] from [`plan`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// Force the forward's path (an error where the device cannot run it).
+    pub forward_path: Option<ForwardPath>,
+    /// The mma forward's blocks instead of the measured ones ([`mma_blocks::forward_default`]).
+    pub forward_mma: Option<MmaBlocks>,
+    /// The mma backward's blocks instead of the measured ones (16-row planes only).
+    pub backward_mma: Option<MmaBlocks>,
+}
+
+impl Tuning {
+    pub fn with_forward_path(mut self, path: Option<ForwardPath>) -> Self {
+        self.forward_path = path;
+        self
+    }
+
+    pub fn with_forward_mma(mut self, blocks: Option<MmaBlocks>) -> Self {
+        self.forward_mma = blocks;
+        self
+    }
+
+    pub fn with_backward_mma(mut self, blocks: Option<MmaBlocks>) -> Self {
+        self.backward_mma = blocks;
+        self
+    }
+}
+
+/// Which passes a plan covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Passes {
+    /// Inference: the forward alone.
+    Forward,
+    /// Training: the forward, and the backward that will follow it.
+    ForwardBackward,
+}
+
+/// Everything that runs for one problem on one device, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub forward: ForwardPlan,
+    /// `Some` when planned with [`Passes::ForwardBackward`].
+    pub backward: Option<BackwardPlan>,
+}
+
+impl Plan {
+    /// Whether some kernel of the plan loads q, k, v (d_out) rows in 16-byte chunks.
+    pub fn needs_chunked_rows(&self) -> bool {
+        self.forward.needs_chunked_rows() || self.backward.as_ref().is_some_and(BackwardPlan::needs_chunked_rows)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "forward: {}", self.forward)?;
+        if let Some(backward) = &self.backward {
+            write!(f, "; backward: {backward}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Plans `passes` of `problem` on the device `caps` describes, for inputs laid out as `layout`.
+///
+/// # Errors
+///
+/// The problem's own errors ([`AttentionProblem::validate`]), [`FlashError::Device`] where the
+/// device cannot run it on any path (types, shared memory, grid), and
+/// [`FlashError::InvalidTuning`] for overrides the kernels cannot take.
+pub fn plan(
+    problem: &AttentionProblem,
+    caps: &DeviceCaps,
+    layout: Layout,
+    tuning: &Tuning,
+    passes: Passes,
+) -> Result<Plan, FlashError> {
+    let forward = forward::forward(caps, problem, layout, tuning)?;
+    let backward = match passes {
+        Passes::Forward => None,
+        Passes::ForwardBackward => Some(backward::backward(caps, problem, layout, tuning)?),
+    };
+    Ok(Plan { forward, backward })
+}

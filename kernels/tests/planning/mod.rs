@@ -1,0 +1,92 @@
+//! Planning for the test binaries: plans through `burn_flash_attn_kernels::plan` with the
+//! binaries' own tuning flags, `BURN_FLASH_MMA` and `BURN_FLASH_MMA_BWD`
+//! (`planes,rows[,plane_rows[,buffers[,async]]]`: the device suites run the mma tests at
+//! non-default blocks with them). The library reads no environment: only these tests do.
+#![allow(dead_code)]
+
+use burn_flash_attn_kernels::plan::{
+    self, BackwardPlan, DeviceCaps, ForwardPlan, GradientPlan, Layout, MmaBlocks, Tuning,
+};
+use burn_flash_attn_kernels::backward::BackwardKernel;
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
+use cubecl::ir::DeviceProperties;
+
+/// The runtime name the simulated devices are planned under (only HIP names change a plan).
+pub const SIMULATED: &str = "simulated";
+
+/// The blocks a tuning flag names, if set; an invalid value fails the test run.
+fn blocks_flag(var: &str) -> Option<MmaBlocks> {
+    let value = std::env::var(var).ok()?;
+    match value.parse() {
+        Ok(blocks) => Some(blocks),
+        Err(error) => panic!("{var}: {error}"),
+    }
+}
+
+/// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`.
+pub fn tuning() -> Tuning {
+    Tuning::default()
+        .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
+        .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
+}
+
+/// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.
+pub fn forward_plan(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    path: Option<ForwardPath>,
+) -> Result<ForwardPlan, FlashError> {
+    forward_plan_for(&DeviceCaps::new(props, SIMULATED), problem, Layout::CHUNKED, path)
+}
+
+/// The forward's plan for inputs laid out as `layout`.
+pub fn forward_plan_for(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    layout: Layout,
+    path: Option<ForwardPath>,
+) -> Result<ForwardPlan, FlashError> {
+    plan::forward::forward(caps, problem, layout, &tuning().with_forward_path(path))
+}
+
+/// Both gradient kernels' plans on a device with `props`, for inputs laid out as `layout`.
+pub fn backward_plan(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    layout: Layout,
+) -> Result<BackwardPlan, FlashError> {
+    plan::backward::backward(&DeviceCaps::new(props, SIMULATED), problem, layout, &tuning())
+}
+
+/// One gradient kernel's plan on a device with `props`, for chunked rows.
+pub fn gradient_plan(
+    props: &DeviceProperties,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+) -> Result<GradientPlan, FlashError> {
+    plan::backward::gradient(&DeviceCaps::new(props, SIMULATED), problem, Layout::CHUNKED, &tuning(), kernel)
+}
+
+/// Plans the forward on `client`'s own device for the tensors' layout, and launches it.
+pub fn launch_forward<R: cubecl::Runtime>(
+    client: &cubecl::prelude::ComputeClient<R>,
+    problem: &AttentionProblem,
+    tensors: burn_flash_attn_kernels::ForwardTensors<R>,
+) -> Result<ForwardPlan, FlashError> {
+    let layout = tensors.layout(problem.dtype);
+    let plan = forward_plan_for(&DeviceCaps::of(client), problem, layout, None)?;
+    burn_flash_attn_kernels::flash_attention_forward(client, problem, &plan, tensors)?;
+    Ok(plan)
+}
+
+/// Plans the backward on `client`'s own device for the tensors' layout, and launches it.
+pub fn launch_backward<R: cubecl::Runtime>(
+    client: &cubecl::prelude::ComputeClient<R>,
+    problem: &AttentionProblem,
+    tensors: burn_flash_attn_kernels::backward::BackwardTensors<R>,
+) -> Result<BackwardPlan, FlashError> {
+    let layout = tensors.layout(problem.dtype);
+    let plan = plan::backward::backward(&DeviceCaps::of(client), problem, layout, &tuning())?;
+    burn_flash_attn_kernels::backward::flash_attention_backward(client, problem, &plan, tensors)?;
+    Ok(plan)
+}

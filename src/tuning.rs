@@ -1,0 +1,34 @@
+//! The process-wide [`Tuning`] of every [`crate::Flash`] backend: explicit overrides of the
+//! planner's choices (a forced forward path, mma blocks) for benchmarks and tuning runs. The
+//! default, no override, is what the library picks from the device; nothing reads the
+//! environment. A plan is made per `attention` call, so a change applies from the next call.
+//!
+//! ```rust
+//! use burn_flash_attn::kernels::plan::{MmaBlocks, Tuning};
+//!
+//! let blocks: MmaBlocks = "4,64,32,2,1".parse().expect("planes,rows,plane_rows,buffers,async");
+//! burn_flash_attn::set_tuning(Tuning::default().with_forward_mma(Some(blocks)));
+//! assert_eq!(burn_flash_attn::tuning().forward_mma, Some(blocks));
+//! burn_flash_attn::set_tuning(Tuning::default());
+//! ```
+use std::sync::RwLock;
+
+pub use burn_flash_attn_kernels::Tuning;
+
+static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
+    forward_path: None,
+    forward_mma: None,
+    backward_mma: None,
+});
+
+/// Sets the tuning every later plan is made with. An override the kernels cannot take makes
+/// those plans fail, and attention falls back to Burn's path with that reason (logged).
+pub fn set_tuning(tuning: Tuning) {
+    // A poisoned lock only means a panic elsewhere while it was held: the value is still a Tuning.
+    *TUNING.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = tuning;
+}
+
+/// The tuning plans are made with now.
+pub fn tuning() -> Tuning {
+    *TUNING.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
