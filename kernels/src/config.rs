@@ -1,6 +1,6 @@
 //! The ONE comptime configuration of the forward kernels. Everything the kernels size or
-//! branch on at compile time is here; [`crate::heuristics`] fills it from the problem and the
-//! device. Derived sizes are methods, so the kernels and the heuristics agree on them.
+//! branch on at compile time is here; [`crate::plan`] fills it from the problem and the
+//! device. Derived sizes are methods, so the kernels and the planner agree on them.
 use crate::primitives::chunk_io::{PairShape, tile_stride};
 use crate::primitives::dot::DotSum;
 use crate::primitives::score::ScoreOptions;

@@ -1,7 +1,7 @@
 //! The matrix path cannot run without cmma (lavapipe has none). This test expands its kernel
 //! for H200-like properties (plane size 32, 227 KiB of shared memory, f16/bf16 16x16x16 cmma)
 //! and compiles it to CUDA C++ with cubecl's own CUDA compiler, no device needed: it proves
-//! the kernel expands for every config the heuristics pick (tails, odd dims, all options) and
+//! the kernel expands for every config the planner picks (tails, odd dims, all options) and
 //! that the source has the wmma calls and fits the shared memory. It does not prove numerics:
 //! `cargo test --no-default-features --features cuda --test forward` on a GPU does.
 //! `FLASH_DUMP_DIR=dir` writes the sources there (e.g. to compile them with nvcc).
@@ -97,7 +97,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         assert_eq!(
             shared,
             plan.config.shared_memory_bytes(),
-            "{case:?}: heuristics' shared memory estimate"
+            "{case:?}: planner's shared memory estimate"
         );
     }
 }

@@ -1,8 +1,8 @@
 //! The mma path needs the register-level 16x8x16 mma (CUDA): lavapipe cannot run it. This
 //! test expands its kernel for H200-like properties and compiles it to CUDA C++ with cubecl's
 //! own CUDA compiler, no device needed: it proves the kernel expands for every config the
-//! heuristics pick (tails, dims 8..128, all options), that the source has the `mma.sync` and
-//! `ldmatrix` instructions and no `#error`, and that it fits the shared memory the heuristics
+//! planner picks (tails, dims 8..128, all options), that the source has the `mma.sync` and
+//! `ldmatrix` instructions and no `#error`, and that it fits the shared memory the planner
 //! planned. Numerics: `cargo test --no-default-features --features cuda --test forward` on a
 //! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
 mod common;
@@ -156,7 +156,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         assert_eq!(
             shared,
             config.shared_memory_bytes(),
-            "{case:?}: heuristics' shared memory estimate"
+            "{case:?}: planner's shared memory estimate"
         );
     }
 }

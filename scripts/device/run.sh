@@ -37,7 +37,7 @@ step() {  # step NAME COMMAND...: runs COMMAND (cut after STEP_TIMEOUT s), full 
 for s in "$@"; do
   case $s in
     ktests)
-      for t in forward backward wave64 heuristics matrix_codegen mma_codegen; do
+      for t in forward backward wave64 planner matrix_codegen mma_codegen; do
         [ -x "$BIN/$t" ] && step "kernels-$t" "$BIN/$t" --test-threads=4
       done ;;
     ptests)

@@ -9,7 +9,7 @@
 //! head_dim and val_dim are padded to 16 with zeros in the tiles.
 //!
 //! Needs a registered cmma config for (F, F, f32, 16x16x16) and a plane size that is a
-//! multiple of 16; `heuristics` never picks it otherwise. Synchronization is cube-wide only
+//! multiple of 16; `plan` never picks it otherwise. Synchronization is cube-wide only
 //! (`sync_plane` does not compile on HIP), and control flow is uniform across the cube.
 use cubecl::prelude::*;
 

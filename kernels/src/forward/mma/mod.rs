@@ -21,7 +21,7 @@
 //! two buffers (`config.kv_buffers`) into the other one before a single sync (the block it
 //! overwrites was last read before the previous sync).
 //!
-//! Needs (checked by `heuristics`): the manual MMA config, plane size 32, head_dim and
+//! Needs (checked by `plan`): the manual MMA config, plane size 32, head_dim and
 //! val_dim multiples of 8 up to 128, and (checked by the launcher) q, k, v whose rows are
 //! contiguous 16-byte chunks. Control flow is uniform across the cube.
 use cubecl::prelude::*;
