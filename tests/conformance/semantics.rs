@@ -183,6 +183,9 @@ fn forward_matches_fallback_semantics() {
             let route = burn_flash_attn::last_route().expect("attention was routed");
             println!("{} via {backend}: {route}", case.name);
             assert!(route.is_kernel(), "{} via {backend} must run the kernels, took {route}", case.name);
+            if let burn_flash_attn::Route::Kernel { plan, .. } = &route {
+                assert!(plan.backward.is_none(), "inference plans the forward alone: {route}");
+            }
             let got = to_f64(got.into_data());
             let name = format!("{} via {backend}", case.name);
             check(&name, &got, &plain, &want.o, OUTPUT_FACTOR, Precision::F32).unwrap();
@@ -223,6 +226,9 @@ fn gradients_match_autodiff_semantics() {
         let route = burn_flash_attn::last_route().expect("attention was routed");
         println!("{} gradients: {route}", case.name);
         assert!(route.is_kernel(), "{} gradients must run the kernels, took {route}", case.name);
+        if let burn_flash_attn::Route::Kernel { plan, .. } = &route {
+            assert!(plan.backward.is_some(), "training plans the backward before the forward: {route}");
+        }
         let masked = fully_masked_rows(case, &data);
         for (i, (name, reference)) in [("dq", &want.dq), ("dk", &want.dk), ("dv", &want.dv)].into_iter().enumerate() {
             let name = format!("{} {name}", case.name);
@@ -271,4 +277,29 @@ fn bias_that_requires_grad_falls_back_with_reason() {
     assert!(route.to_string().contains("attn_bias requires grad"), "{route}");
     let grads = out.sum().backward();
     assert!(bias.grad(&grads).is_some(), "the fallback gives the bias its gradient");
+}
+
+/// A tuning the kernels cannot take makes the plan fail: attention falls back to Burn's path
+/// with that reason (and computes the same values), whatever path the device would take.
+#[test]
+#[serial]
+fn invalid_tuning_falls_back_with_reason() {
+    if skip_without_device("invalid_tuning_falls_back_with_reason") {
+        return;
+    }
+    let case = Case { name: "invalid_tuning", ..Q13_KV21 };
+    let data = case.data(11);
+    let (want, _) = case.reference(&data);
+    let plain = to_f64(forward::<Inner>(&case, &data, true).into_data());
+    let blocks = burn_flash_attn::kernels::plan::MmaBlocks { planes: 0, block_kv: 64, plane_rows: 16, buffers: 1, async_copy: false };
+    burn_flash_attn::set_tuning(burn_flash_attn::Tuning::default().with_forward_mma(Some(blocks)));
+    let got = to_f64(forward::<FlashInner>(&case, &data, false).into_data());
+    let route = burn_flash_attn::last_route().expect("attention was routed");
+    burn_flash_attn::set_tuning(burn_flash_attn::Tuning::default());
+    assert!(!route.is_kernel(), "an invalid tuning must fall back, got {route}");
+    assert!(route.to_string().contains("invalid tuning"), "{route}");
+    check("invalid tuning fallback", &got, &plain, &want.o, OUTPUT_FACTOR, Precision::F32).unwrap();
+    forward::<FlashInner>(&case, &data, false);
+    let route = burn_flash_attn::last_route().expect("attention was routed");
+    assert!(route.is_kernel(), "the default tuning runs the kernels again, got {route}");
 }

@@ -132,14 +132,7 @@ pub fn backward(
 ) -> Result<BackwardPlan, FlashError> {
     problem.validate()?;
     caps.check_types(problem)?;
-    if let Some(blocks) = tuning.backward_mma {
-        blocks.validate()?;
-        if blocks.plane_rows != MATRIX_TILE {
-            return Err(FlashError::InvalidTuning(format!(
-                "backward mma blocks {blocks}: the gradient kernels take {MATRIX_TILE}-row planes"
-            )));
-        }
-    }
+    tuning.validate()?;
     Ok(BackwardPlan {
         dkdv: gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?,
         dq: gradient(caps, problem, layout, tuning, BackwardKernel::Query)?,

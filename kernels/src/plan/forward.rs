@@ -153,6 +153,7 @@ pub fn forward(
     tuning: &Tuning,
 ) -> Result<ForwardPlan, FlashError> {
     problem.validate()?;
+    tuning.validate()?;
     caps.check_types(problem)?;
     let dtype = problem.dtype;
     let matrix = caps.has_matrix_units(dtype);
@@ -329,9 +330,6 @@ fn mma_config(
              val_dim multiples of {MMA_CHUNK} up to {MMA_MAX_DIM} (got {} / {})",
             problem.dtype, problem.head_dim, problem.val_dim
         )));
-    }
-    if let Some(blocks) = tuned {
-        blocks.validate()?;
     }
     let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal));
     let mut blocks = Some(first);

@@ -104,6 +104,24 @@ impl Tuning {
         self.backward_mma = blocks;
         self
     }
+
+    /// Checks every override, whichever path a problem takes: the mma blocks the kernels can
+    /// take ([`MmaBlocks::validate`]), 16-row planes for the backward's.
+    pub fn validate(&self) -> Result<(), FlashError> {
+        if let Some(blocks) = self.forward_mma {
+            blocks.validate()?;
+        }
+        if let Some(blocks) = self.backward_mma {
+            blocks.validate()?;
+            if blocks.plane_rows != crate::config::MATRIX_TILE {
+                return Err(FlashError::InvalidTuning(format!(
+                    "backward mma blocks {blocks}: the gradient kernels take {}-row planes",
+                    crate::config::MATRIX_TILE
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which passes a plan covers.
@@ -154,6 +172,7 @@ pub fn plan(
     tuning: &Tuning,
     passes: Passes,
 ) -> Result<Plan, FlashError> {
+    tuning.validate()?;
     let forward = forward::forward(caps, problem, layout, tuning)?;
     let backward = match passes {
         Passes::Forward => None,
