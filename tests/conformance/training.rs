@@ -9,9 +9,10 @@
 //! (`update ≈ lr * sign(g)`): a gradient coordinate near zero can flip sign between two correct
 //! implementations and move a parameter by up to `2 lr` (4.6e-4 on an H200, issue 12), so Adam parameters
 //! of flash and plain autodiff are not compared. Instead:
-//! - SGD steps of flash and plain autodiff give the same losses, parameters and `valid()` outputs;
-//! - each step's loss and parameter gradients meet the FlashAttention rule against the model in
-//!   f64 on the CPU (plain = Burn's decomposed attention under `Autodiff`, f32);
+//! - SGD steps of flash and plain autodiff give the same losses and parameters;
+//! - the losses of all steps, each step's parameter gradients and the trained `valid()` output
+//!   meet the FlashAttention rule against the model in f64 on the CPU (plain = Burn's
+//!   decomposed attention under `Autodiff`, f32; on CUDA Burn's f32 matmul rounds like TF32);
 //! - Adam through the decorator applies exactly Adam's update to the flash gradients (its moment
 //!   state survives the steps), checked by replaying Adam in f64 from those gradients.
 use std::sync::OnceLock;
@@ -52,6 +53,9 @@ const ADAM_LEARNING_RATE: f64 = 1e-2;
 /// Flash vs plain autodiff after SGD steps (the old Adam test's, kept): parameters differ by `lr`
 /// times the gradient differences (~1e-8 here) plus their own f32 rounding.
 const TOLERANCE: f64 = 1e-4;
+/// Plain autodiff's error against the f64 model, relative to the values' magnitude, above which
+/// the oracle is taken to be wrong (TF32 rounding, 2^-11 per operation, stays far below).
+const ORACLE_SANITY: f64 = 1e-2;
 /// Rounding of one f32 Adam update against the f64 replay (whose scalars are Burn's f32 ones), in
 /// units of `lr * f32::EPSILON`: about ten f32 tensor operations, each off by half an epsilon
 /// relative, on a ratio `m̂ / (√v̂ + ε)` of magnitude ≤ ~1.05 for Burn's betas (0.9, 0.999) in the
@@ -221,13 +225,18 @@ fn f64_model(p: &Params, x: &[f64], target: &[f64]) -> (Vec<f64>, f64, Params) {
 /// whose reference is then 0. Prints both errors and the bound. The plain path must itself be
 /// close to the f64 model, or the oracle is not this model and the rule would bound nothing.
 fn check_errors(name: &str, flash: (&[f64], &[f64]), plain: (&[f64], &[f64]), factor: f64) {
+    let want_scale = plain.1.iter().fold(0.0_f64, |a, w| a.max(w.abs()));
     let error = |(got, want): (&[f64], &[f64])| -> Vec<f64> { got.iter().zip(want).map(|(g, w)| g - w).collect() };
     let (flash, plain) = (error(flash), error(plain));
     let zeros = vec![0.0; flash.len()];
     let (max_flash, max_plain) = (worst(&flash, &zeros).1, worst(&plain, &zeros).1);
     let bound = factor * max_plain + rounding_floor(Precision::F32);
     println!("{name}: max|flash - f64| {max_flash:.2e} <= {factor} * max|plain - f64| {max_plain:.2e} + atol = {bound:.2e}");
-    assert!(max_plain <= TOLERANCE, "{name}: plain autodiff is {max_plain:e} from the f64 model, which is then wrong");
+    // A sanity check of the oracle, not a tolerance of flash: a wrong f64 model is off by the
+    // size of the values. Plain autodiff is 1e-9 from it on lavapipe and 1e-5 on CUDA, where
+    // Burn's f32 matmul rounds like TF32 (H200, 2026-12-01).
+    let scale = want_scale.max(f64::MIN_POSITIVE);
+    assert!(max_plain <= ORACLE_SANITY * scale, "{name}: plain autodiff is {max_plain:e} from the f64 model (values up to {scale:e}), which is then wrong");
     check(name, &flash, &plain, &zeros, factor, Precision::F32).unwrap();
 }
 
@@ -256,9 +265,12 @@ fn sgd_steps_match_plain_autodiff() {
             assert!(d <= TOLERANCE, "{name} after SGD step {step} differs by {d:e}");
         }
     }
+    // The `valid()` outputs are a forward of the trained model: each is checked against the f64
+    // model by the FlashAttention rule in the next test. Between the two paths no fixed bound
+    // holds on every backend: on CUDA, Burn's f32 matmul (the Linear layers of both paths and
+    // the plain attention) rounds like TF32, and the two runs differ by 2e-4 (H200, 2026-12-01).
     let d_valid = max_abs_diff(&flash.valid, &plain.valid);
-    println!("max|flash - autodiff|: losses {d_losses:.2e}, valid() {d_valid:.2e}");
-    assert!(d_valid <= TOLERANCE, "valid() outputs differ by {d_valid:e}");
+    println!("max|flash - autodiff|: losses {d_losses:.2e}, valid() {d_valid:.2e} (not bounded here)");
 }
 
 #[test]
@@ -270,15 +282,23 @@ fn sgd_step_losses_and_gradients_meet_flash_rule_against_f64() {
     let (plain, flash) = sgd_runs();
     let (x, target) = inputs();
     let (x, target) = (to_f64(x), to_f64(target));
+    // The loss curve is one output: the rule on all steps' losses together (as on the elements
+    // of a tensor), since one scalar's plain error can be near 0 by cancellation.
+    let mut loss_errors = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (step, (f, p)) in flash.steps.iter().zip(&plain.steps).enumerate() {
         let (_, f_loss, f_grads) = f64_model(&f.params, &x, &target);
         let (_, p_loss, p_grads) = f64_model(&p.params, &x, &target);
-        check_errors(&format!("step {step} loss"), (&[f.loss], &[f_loss]), (&[p.loss], &[p_loss]), OUTPUT_FACTOR);
+        loss_errors.0.push(f.loss);
+        loss_errors.1.push(f_loss);
+        loss_errors.2.push(p.loss);
+        loss_errors.3.push(p_loss);
         for (i, name) in PARAM_NAMES.iter().enumerate() {
             let name = format!("step {step} d{name}");
             check_errors(&name, (&f.grads[i], &f_grads[i]), (&p.grads[i], &p_grads[i]), GRADIENT_FACTOR);
         }
     }
+    let (f_loss, f_ref, p_loss, p_ref) = loss_errors;
+    check_errors("losses of every step", (&f_loss, &f_ref), (&p_loss, &p_ref), OUTPUT_FACTOR);
     let (f_out, _, _) = f64_model(&flash.params, &x, &target);
     let (p_out, _, _) = f64_model(&plain.params, &x, &target);
     check_errors("valid() output", (&flash.valid, &f_out), (&plain.valid, &p_out), OUTPUT_FACTOR);

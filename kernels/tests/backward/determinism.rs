@@ -1,0 +1,65 @@
+//! Reruns bit-identical (no atomics, fixed summation orders), and typed errors.
+use crate::backward_support::*;
+use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+
+/// Reruns of the determinism test.
+const RERUNS: usize = 20;
+
+#[test]
+fn bf16_causal_mask_reruns_are_bit_identical() {
+    assert_reruns_bit_identical(
+        &Case::new(BF16, 113, 203, 64)
+            .heads(1, 2)
+            .causal()
+            .mask(MaskPattern::Random),
+    );
+}
+
+#[test]
+fn f32_causal_mask_bias_reruns_are_bit_identical() {
+    assert_reruns_bit_identical(
+        &Case::new(F32, 113, 203, 48)
+            .heads(1, 2)
+            .causal()
+            .mask(MaskPattern::Random)
+            .bias(),
+    );
+}
+
+/// Runs the whole backward RERUNS times on the same inputs: dq, dk and dv must be the same
+/// bytes every time (skips where the device cannot hold the case's types).
+fn assert_reruns_bit_identical(case: &Case) {
+    let client = client();
+    if !supported(&client, case) {
+        return;
+    }
+    let data = HostData::draw(case, case.seed());
+    let (o, lse) = forward_outputs(case, &data);
+    let mut first: Option<[Vec<u8>; 3]> = None;
+    for run in 0..RERUNS {
+        let device = DeviceCase::upload(&client, case, &data, &o, &lse);
+        crate::planning::launch_backward(&client, &case.problem(), device.tensors()).unwrap();
+        let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
+        match &first {
+            None => first = Some(bytes),
+            Some(first) => assert!(
+                first == &bytes,
+                "{}: run {run} differs from run 0",
+                case.name()
+            ),
+        }
+    }
+}
+
+#[test]
+fn shape_mismatch_is_a_typed_error() {
+    let case = Case::new(F32, 5, 6, 8);
+    let client = client();
+    let data = HostData::draw(&case, case.seed());
+    let (o, lse) = forward_outputs(&case, &data);
+    let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
+    let mut problem = case.problem();
+    problem.seq_kv = 7;
+    let err = crate::planning::launch_backward(&client, &problem, device.tensors()).unwrap_err();
+    assert!(err.to_string().contains("key"), "{err}");
+}

@@ -1,0 +1,54 @@
+//! End to end (preprocess, dK/dV, dQ) at the shapes that break kernels.
+use crate::backward_support::*;
+use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+
+#[test]
+fn f32_q1_kv1_hd64() {
+    run_cases(&[Case::new(F32, 1, 1, 64)]);
+}
+
+#[test]
+fn f32_causal_hd64_q113_kv203() {
+    run_cases(&[Case::new(F32, 113, 203, 64).causal()]);
+}
+
+#[test]
+fn f32_causal_hd64_q203_kv113_rows_without_keys() {
+    run_cases(&[Case::new(F32, 203, 113, 64).causal()]);
+}
+
+#[test]
+fn f32_hd64_q1023_kv1024_causal() {
+    run_cases(&[Case::new(F32, 1023, 1024, 64).causal()]);
+}
+
+#[test]
+fn f32_hd64_q1024_kv1023() {
+    run_cases(&[Case::new(F32, 1024, 1023, 64)]);
+}
+
+#[test]
+fn f32_hd128_q128_kv217_causal() {
+    run_cases(&[Case::new(F32, 128, 217, 128).causal()]);
+}
+
+#[test]
+fn f32_hd256_vd256_q65_kv70() {
+    run_cases(&[
+        Case::new(F32, 65, 70, 256).causal(),
+        Case::new(F32, 65, 70, 256),
+    ]);
+}
+
+#[test]
+fn f32_fully_masked_rows_give_zero_gradients() {
+    run_cases(&[
+        Case::new(F32, 37, 29, 16).mask(MaskPattern::RandomWithMaskedRows),
+        Case::new(F32, 37, 29, 16)
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .causal()
+            .bias(),
+        Case::new(F32, 40, 8, 16).causal().bias().softcap(3.0),
+    ]);
+}
+
