@@ -131,6 +131,17 @@ impl Case {
             reference::backward(&problem, &inputs, &d_out, Precision::F64),
         )
     }
+
+    /// The plain attention backward in f32 on the CPU (`reference::backward` at f32: f32
+    /// arithmetic, materialized S and P), as the kernel suites' plain implementation.
+    fn plain_f32_gradients(&self, data: &Data) -> [Vec<f64>; 3] {
+        let (q, k, v) = (to_f64(data.q.clone()), to_f64(data.k.clone()), to_f64(data.v.clone()));
+        let mask = data.mask.as_ref().map(|m| m.to_vec::<bool>().expect("bool mask"));
+        let bias = data.bias.clone().map(to_f64);
+        let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref() };
+        let grads = reference::backward(&self.problem(), &inputs, &to_f64(data.d_out.clone()), Precision::F32);
+        [grads.dq, grads.dk, grads.dv]
+    }
 }
 
 fn forward<B: Backend>(case: &Case, data: &Data, fallback: bool) -> Tensor<B, 4> {
@@ -218,10 +229,20 @@ fn gradients_match_autodiff_semantics() {
     for (index, case) in cases().iter().enumerate() {
         let data = case.data(100 * index as u64 + 50);
         let (_, want) = case.reference(&data);
-        let plain = gradients::<Train>(case, &data);
+        let masked = fully_masked_rows(case, &data);
+        // Burn 0.21's own autodiff attention reads index -1 out of bounds on rows that see no
+        // key (its max_dim backward: argmax + gather), which faults on CUDA at random
+        // (CUDA_ERROR_ILLEGAL_ADDRESS, named by compute-sanitizer on an H200 at 511d70f) and
+        // breaks the context for every later test. For those cases the plain implementation of
+        // the rule is the f32 CPU one the kernel suites use; Burn's path for all the others.
+        let plain = if masked.is_empty() {
+            gradients::<Train>(case, &data)
+        } else {
+            case.plain_f32_gradients(&data)
+        };
         // Printed between the two paths: a device fault in one of them (reads return the first
         // error) then shows which path was running.
-        println!("{}: Burn's autodiff gradients read", case.name);
+        println!("{}: plain gradients read ({})", case.name, if masked.is_empty() { "Burn's autodiff" } else { "f32 CPU" });
         let got = gradients::<FlashTrain>(case, &data);
         let route = burn_flash_attn::last_route().expect("attention was routed");
         println!("{} gradients: {route}", case.name);
@@ -229,7 +250,6 @@ fn gradients_match_autodiff_semantics() {
         if let burn_flash_attn::Route::Kernel { plan, .. } = &route {
             assert!(plan.backward.is_some(), "training plans the backward before the forward: {route}");
         }
-        let masked = fully_masked_rows(case, &data);
         for (i, (name, reference)) in [("dq", &want.dq), ("dk", &want.dk), ("dv", &want.dv)].into_iter().enumerate() {
             let name = format!("{} {name}", case.name);
             check(&name, &got[i], &plain[i], reference, GRADIENT_FACTOR, Precision::F32).unwrap();
