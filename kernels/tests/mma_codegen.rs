@@ -161,7 +161,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
     }
 }
 
-/// The backward mma kernels (dK/dV and dQ) for the configs `plan_backward` picks on an H200.
+/// The backward mma kernels (dK/dV and dQ) for the configs `plan::backward` picks on an H200.
 #[test]
 fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
     let client = common::client();

@@ -24,7 +24,7 @@ use super::config::{BackwardConfig, BackwardKernel};
 use super::{score_params, GradientInputs};
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
-/// [`super::config::plan_backward`]). `dk` and `dv` are fully overwritten.
+/// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten.
 ///
 /// # Important
 ///

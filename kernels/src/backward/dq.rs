@@ -24,7 +24,7 @@ use super::config::{BackwardConfig, BackwardKernel};
 use super::{GradientInputs, score_params};
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
-/// [`super::config::plan_backward`]). `dq` is fully overwritten.
+/// [`crate::plan::backward`]). `dq` is fully overwritten.
 ///
 /// # Important
 ///

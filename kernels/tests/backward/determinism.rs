@@ -1,6 +1,6 @@
 //! Reruns bit-identical (no atomics, fixed summation orders), and typed errors.
 use crate::backward_support::*;
-use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+use burn_flash_attn_kernels::problem::FloatKind::{BF16, F32};
 
 /// Reruns of the determinism test.
 const RERUNS: usize = 20;

@@ -1,6 +1,6 @@
 //! f16 / bf16 end to end; the mma path's shapes where the device has it.
 use crate::backward_support::*;
-use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16};
 
 #[test]
 fn f16_sweep_shapes_and_options() {

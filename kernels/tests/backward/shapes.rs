@@ -1,6 +1,6 @@
 //! End to end (preprocess, dK/dV, dQ) at the shapes that break kernels.
 use crate::backward_support::*;
-use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+use burn_flash_attn_kernels::problem::FloatKind::F32;
 
 #[test]
 fn f32_q1_kv1_hd64() {

@@ -1,6 +1,6 @@
 //! End to end over lengths, tails, head dims, options, layouts, batch and heads.
 use crate::backward_support::*;
-use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
+use burn_flash_attn_kernels::problem::FloatKind::{F16, F32};
 
 #[test]
 fn f32_sweep_lengths_1_to_203_causal_both_directions() {
