@@ -4,7 +4,8 @@
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
-use crate::plan::{DeviceCaps, Layout};
+use crate::plan::Layout;
+use crate::plan::device::cube_fits;
 use crate::problem::AttentionProblem;
 
 /// A tensor's name, its binding (`None` for an absent optional tensor) and the shape the
@@ -77,13 +78,14 @@ pub(crate) fn check_plan_fits<R: Runtime>(
     needs_chunked_rows: bool,
     layout: Layout,
 ) -> Result<(), FlashError> {
-    let caps = DeviceCaps::of(client);
-    if !caps.fits(shared_memory, units) {
+    // The raw properties: only sizes are read, which `DeviceCaps` passes through unchanged (and
+    // building one copies the properties on HIP, at every launch).
+    let hardware = &client.properties().hardware;
+    if !cube_fits(hardware, shared_memory, units) {
         return Err(FlashError::Device(format!(
             "the plan needs {shared_memory} bytes of shared memory and {units} units per cube; \
              the device has {} and {}",
-            caps.shared_memory(),
-            caps.max_units()
+            hardware.max_shared_memory_size, hardware.max_units_per_cube
         )));
     }
     if needs_chunked_rows && !layout.rows_chunked {

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 
 use cubecl::ir::features::MmaConfig;
-use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, StorageType};
+use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, HardwareProperties, StorageType};
 use cubecl::prelude::*;
 
 use crate::config::MATRIX_TILE;
@@ -132,8 +132,14 @@ impl<'a> DeviceCaps<'a> {
 
     /// Whether a cube of `units` units and `shared_memory` bytes fits the device.
     pub(crate) fn fits(&self, shared_memory: usize, units: u32) -> bool {
-        shared_memory <= self.shared_memory() && units <= self.max_units()
+        cube_fits(&self.props.hardware, shared_memory, units)
     }
+}
+
+/// Whether a cube of `units` units and `shared_memory` bytes fits a device with `hardware`
+/// (the launchers check their plan with it, without building a [`DeviceCaps`]).
+pub(crate) fn cube_fits(hardware: &HardwareProperties, shared_memory: usize, units: u32) -> bool {
+    shared_memory <= hardware.max_shared_memory_size && units <= hardware.max_units_per_cube
 }
 
 /// The cubecl element type of a [`FloatKind`].

@@ -172,7 +172,7 @@ pub fn plan(
     tuning: &Tuning,
     passes: Passes,
 ) -> Result<Plan, FlashError> {
-    tuning.validate()?;
+    // Each half validates the problem and the whole tuning itself.
     let forward = forward::forward(caps, problem, layout, tuning)?;
     let backward = match passes {
         Passes::Forward => None,
