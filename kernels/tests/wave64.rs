@@ -18,7 +18,7 @@ mod planning;
 
 use backward_support::forward::run_forward_cases;
 use backward_support::*;
-use burn_flash_attn_kernels::backward::config::{BackwardKernel};
+use burn_flash_attn_kernels::backward::config::BackwardKernel;
 use burn_flash_attn_kernels::backward::{
     GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
     flash_attention_backward_preprocess,
@@ -101,16 +101,7 @@ fn backward(case: &Case) -> Result<(), String> {
         Role::Stats,
         |x| x as f32,
     );
-    let inputs = GradientInputs {
-        q: device.q.binding(),
-        k: device.k.binding(),
-        v: device.v.binding(),
-        d_out: device.d_out.binding(),
-        lse: device.lse.binding(),
-        delta: delta.binding(),
-        mask: device.mask.as_ref().map(DeviceTensor::binding),
-        bias: device.bias.as_ref().map(DeviceTensor::binding),
-    };
+    let inputs = device.gradient_inputs(&delta);
     launch_backward(
         &client,
         case,

@@ -1,7 +1,7 @@
 //! Each backward kernel alone, against the oracle's intermediates.
 use burn_flash_attn_kernels::backward::BackwardKernel;
 use burn_flash_attn_kernels::backward::{
-    GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
+    flash_attention_backward_dkdv, flash_attention_backward_dq,
     flash_attention_backward_preprocess,
 };
 use burn_flash_attn_kernels::problem::FloatKind::F32;
@@ -91,16 +91,7 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         Role::Stats,
         |x| x as f32,
     );
-    let inputs = GradientInputs {
-        q: device.q.binding(),
-        k: device.k.binding(),
-        v: device.v.binding(),
-        d_out: device.d_out.binding(),
-        lse: device.lse.binding(),
-        delta: delta.binding(),
-        mask: device.mask.as_ref().map(DeviceTensor::binding),
-        bias: device.bias.as_ref().map(DeviceTensor::binding),
-    };
+    let inputs = device.gradient_inputs(&delta);
     let config = planning::gradient_plan(client.properties(), &p, kernel)
         .unwrap()
         .config;

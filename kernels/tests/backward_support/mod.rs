@@ -2,7 +2,7 @@
 //! comparison with the f64 oracle under the FlashAttention tolerance rule.
 #![allow(dead_code)]
 
-use burn_flash_attn_kernels::backward::BackwardTensors;
+use burn_flash_attn_kernels::backward::{BackwardTensors, GradientInputs};
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
 use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
@@ -364,6 +364,20 @@ impl DeviceCase {
             dq: self.dq.binding(),
             dk: self.dk.binding(),
             dv: self.dv.binding(),
+        }
+    }
+
+    /// What the gradient kernels read, with `delta` (the preprocess output) given.
+    pub fn gradient_inputs(&self, delta: &DeviceTensor) -> GradientInputs<TestRuntime> {
+        GradientInputs {
+            q: self.q.binding(),
+            k: self.k.binding(),
+            v: self.v.binding(),
+            d_out: self.d_out.binding(),
+            lse: self.lse.binding(),
+            delta: delta.binding(),
+            mask: self.mask.as_ref().map(DeviceTensor::binding),
+            bias: self.bias.as_ref().map(DeviceTensor::binding),
         }
     }
 }
