@@ -6,7 +6,8 @@ use cubecl::prelude::*;
 use crate::error::FlashError;
 use crate::plan::Layout;
 use crate::plan::device::cube_fits;
-use crate::problem::AttentionProblem;
+use crate::primitives::score::ScoreOptions;
+use crate::problem::{AttentionProblem, FloatKind};
 
 /// A tensor's name, its binding (`None` for an absent optional tensor) and the shape the
 /// problem implies.
@@ -115,4 +116,23 @@ pub(crate) fn optional_args<R: Runtime>(
         mask.map_or_else(stand_in, TensorBinding::into_tensor_arg),
         bias.unwrap_or_else(|| q.clone()).into_tensor_arg(),
     )
+}
+
+/// Checks that a kernel configuration was planned for this problem: the dtype it was planned
+/// for, the exact dims and the comptime logit options it compiles in.
+pub(crate) fn check_plan_for(
+    problem: &AttentionProblem,
+    dtype: FloatKind,
+    dims: (u32, u32),
+    score: ScoreOptions,
+    plan: &dyn core::fmt::Display,
+) -> Result<(), FlashError> {
+    let for_problem = dtype == problem.dtype
+        && dims == (problem.head_dim as u32, problem.val_dim as u32)
+        && score == problem.score_options();
+    if for_problem {
+        Ok(())
+    } else {
+        Err(FlashError::Device(format!("the plan ({plan}) is not for {problem:?}")))
+    }
 }

@@ -1,8 +1,16 @@
-//! The ONE comptime configuration of the forward kernels. Everything the kernels size or
-//! branch on at compile time is here; [`crate::plan`] fills it from the problem and the
-//! device. Derived sizes are methods, so the kernels and the planner agree on them.
+//! The comptime configurations of the forward kernels, one type per kernel family: everything
+//! a kernel sizes or branches on at compile time, and nothing it ignores. [`crate::plan`]
+//! fills them from the problem and the device; derived sizes are methods, so the kernels and
+//! the planner agree on them.
+//!
+//! ```text
+//! ForwardConfig ── Portable(PortableConfig)  forward/portable.rs ┐ one body: forward/unit_rows.rs
+//!               ├─ Matrix(MatrixConfig)      forward/matrix.rs   ┘ (SplitRows: how rows split)
+//!               └─ Mma(MmaConfig)            forward/mma/
+//! ```
 use crate::primitives::chunk_io::{PairShape, tile_stride};
 use crate::primitives::dot::DotSum;
+use crate::primitives::mma::LANES as MMA_LANES;
 use crate::primitives::score::ScoreOptions;
 
 /// How the tiles are multiplied.
@@ -38,14 +46,108 @@ pub use crate::primitives::chunk_io::CHUNK as MMA_CHUNK;
 /// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers
 /// (128 = 64 registers per lane; more spills next to the O accumulators).
 const MMA_Q_REGISTER_COLS: u32 = 128;
+/// Bytes of one f16 / bf16 element: the mma kernels take nothing else.
+pub(crate) const MMA_ELEM_BYTES: usize = 2;
 /// Shared memory of the mbarrier that completes the `cp.async` copies (8 bytes, 16-aligned).
 pub(crate) const ASYNC_BARRIER_BYTES: usize = 16;
 /// Bytes of one f32 (softmax statistics, S, the portable tiles and the accumulators).
 const F32_BYTES: usize = 4;
 
+/// The forward kernel one plan launches, with its configuration.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct FlashConfig {
-    pub path: ForwardPath,
+pub enum ForwardConfig {
+    Portable(PortableConfig),
+    Matrix(MatrixConfig),
+    Mma(MmaConfig),
+}
+
+impl ForwardConfig {
+    pub fn path(&self) -> ForwardPath {
+        match self {
+            ForwardConfig::Portable(_) => ForwardPath::Portable,
+            ForwardConfig::Matrix(_) => ForwardPath::Matrix,
+            ForwardConfig::Mma(_) => ForwardPath::Mma,
+        }
+    }
+
+    /// Query rows per cube.
+    pub fn block_q(&self) -> u32 {
+        match self {
+            ForwardConfig::Portable(c) => c.block_q,
+            ForwardConfig::Matrix(c) => c.block_q,
+            ForwardConfig::Mma(c) => c.block_q(),
+        }
+    }
+
+    /// Key/value rows per iteration of the main loop.
+    pub fn block_kv(&self) -> u32 {
+        match self {
+            ForwardConfig::Portable(c) => c.block_kv,
+            ForwardConfig::Matrix(c) => c.block_kv,
+            ForwardConfig::Mma(c) => c.block_kv,
+        }
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        match self {
+            ForwardConfig::Portable(c) => c.units(),
+            ForwardConfig::Matrix(c) => c.units(),
+            ForwardConfig::Mma(c) => c.units(),
+        }
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        match self {
+            ForwardConfig::Portable(c) => c.shared_memory_bytes(),
+            ForwardConfig::Matrix(c) => c.shared_memory_bytes(),
+            ForwardConfig::Mma(c) => c.shared_memory_bytes(),
+        }
+    }
+
+    /// Exact (head_dim, val_dim) it was made for.
+    pub fn dims(&self) -> (u32, u32) {
+        match self {
+            ForwardConfig::Portable(c) => (c.head_dim, c.val_dim),
+            ForwardConfig::Matrix(c) => (c.head_dim, c.val_dim),
+            ForwardConfig::Mma(c) => (c.head_dim, c.val_dim),
+        }
+    }
+
+    pub fn score(&self) -> ScoreOptions {
+        match self {
+            ForwardConfig::Portable(c) => c.score,
+            ForwardConfig::Matrix(c) => c.score,
+            ForwardConfig::Mma(c) => c.score,
+        }
+    }
+}
+
+/// How the portable and matrix kernels split a block of query rows over the cube's units
+/// (`forward/unit_rows.rs`, their shared body): `units_per_row` units share one row (its S
+/// columns, its O columns, its softmax partials).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct RowSplit {
+    pub block_q: u32,
+    pub block_kv: u32,
+    pub val_dim: u32,
+    pub units_per_row: u32,
+    /// O columns each unit accumulates.
+    pub out_cols_per_unit: u32,
+    /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
+    pub precise_math: bool,
+    pub score: ScoreOptions,
+}
+
+/// A configuration whose kernel runs on [`RowSplit`] rows.
+pub trait SplitsRows: Copy + core::fmt::Debug + core::hash::Hash + Eq + Send + Sync + 'static {
+    fn split(&self) -> RowSplit;
+}
+
+/// The portable kernel (`forward/portable.rs`): f32 tiles in shared memory, scalar FMAs.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct PortableConfig {
     /// Query rows per cube.
     pub block_q: u32,
     /// Key/value rows per iteration of the main loop.
@@ -54,85 +156,223 @@ pub struct FlashConfig {
     pub head_dim: u32,
     /// Exact val_dim (v, o columns).
     pub val_dim: u32,
-    /// Units that share one query row (its S columns, its O columns, its softmax partials).
-    /// Portable: a free choice; matrix: `plane_size / MATRIX_TILE`.
+    /// Units that share one query row: a free choice (a power of two).
     pub units_per_row: u32,
-    /// Matrix path: units per plane (32 on NVIDIA, 64 on AMD wave64). Unused by the portable
-    /// path, which never relies on planes.
-    pub plane_size: u32,
-    /// Bytes per element of q, k, v (the matrix path stages its tiles in that type).
-    pub elem_bytes: u32,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
-    /// Mma path: shared-memory buffers of the key/value block (1: the next block is stored
-    /// between two cube syncs; 2: into the other buffer, one sync per block). 1 elsewhere.
-    pub kv_buffers: u32,
-    /// Mma path with two buffers: the next key/value block arrives by `cp.async` (see
-    /// `primitives::pair_stream`) instead of through registers. False elsewhere.
-    pub async_kv: bool,
-    /// Portable path: how q·k is summed (f64 or compensated f32 for f32 outputs).
+    /// How q·k is summed (f64 or compensated f32 for f32 outputs).
     pub dot: DotSum,
     pub score: ScoreOptions,
 }
 
-impl FlashConfig {
+impl PortableConfig {
     /// Units per cube.
     pub fn units(&self) -> u32 {
         self.block_q * self.units_per_row
     }
 
-    /// Rows of S each unit handles: `block_kv / units_per_row` columns of its row.
+    /// Columns of S each unit handles: `block_kv / units_per_row` of its row.
     pub fn kv_cols_per_unit(&self) -> u32 {
         self.block_kv / self.units_per_row
     }
 
-    /// Columns of O each unit accumulates (`ceil(val_dim / units_per_row)`, padded dims on
-    /// the matrix path).
+    /// Columns of O each unit accumulates (`val_dim_tile / units_per_row`).
     pub fn out_cols_per_unit(&self) -> u32 {
         self.val_dim_tile().div_ceil(self.units_per_row)
     }
 
-    /// Row length of the Q and K tiles in shared memory. Portable: head_dim made odd, so that
-    /// units reading one column of different rows hit different banks. Matrix: padded to the
-    /// cmma tile (the padding is zero).
+    /// Row length of the Q and K tiles: head_dim made odd, so that units reading one column of
+    /// different rows hit different banks.
     pub fn head_dim_tile(&self) -> u32 {
-        match self.path {
-            ForwardPath::Portable => self.head_dim | 1,
-            ForwardPath::Matrix | ForwardPath::Mma => self.head_dim.next_multiple_of(MATRIX_TILE),
-        }
+        self.head_dim | 1
     }
 
-    /// Row length of the V tile (and of the matrix path's O block). Portable: val_dim rounded
-    /// up to a multiple of units_per_row, so every unit's last O column exists (as zeros).
+    /// Row length of the V tile: val_dim rounded up to a multiple of units_per_row, so every
+    /// unit's last O column exists (as zeros).
     pub fn val_dim_tile(&self) -> u32 {
-        match self.path {
-            ForwardPath::Portable => self.val_dim.next_multiple_of(self.units_per_row),
-            ForwardPath::Matrix | ForwardPath::Mma => self.val_dim.next_multiple_of(MATRIX_TILE),
-        }
+        self.val_dim.next_multiple_of(self.units_per_row)
     }
 
-    /// Row length of the S / P tiles. Portable: block_kv + 1 so rows start in different
-    /// banks; matrix: block_kv (cmma needs strides that are multiples of the tile).
+    /// Row length of the P tile: block_kv + 1 so rows start in different banks.
     pub fn score_tile_cols(&self) -> u32 {
-        match self.path {
-            ForwardPath::Portable => self.block_kv + 1,
-            ForwardPath::Matrix | ForwardPath::Mma => self.block_kv,
-        }
+        self.block_kv + 1
     }
 
-    /// Row length, in 8-element chunks, of the mma path's Q and K tiles: one chunk of padding
-    /// makes the row stride an odd multiple of 16 bytes, so the 8 rows of an `ldmatrix` phase
-    /// fall in 8 different bank groups.
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
+        let partials = 2 * bq * self.units_per_row as usize * F32_BYTES;
+        let score_tile = bq * self.score_tile_cols() as usize;
+        (bq * dk + bkv * dk + bkv * dv + score_tile) * F32_BYTES + partials
+    }
+}
+
+impl SplitsRows for PortableConfig {
+    fn split(&self) -> RowSplit {
+        RowSplit {
+            block_q: self.block_q,
+            block_kv: self.block_kv,
+            val_dim: self.val_dim,
+            units_per_row: self.units_per_row,
+            out_cols_per_unit: self.out_cols_per_unit(),
+            precise_math: self.precise_math,
+            score: self.score,
+        }
+    }
+}
+
+/// The matrix kernel (`forward/matrix.rs`): cmma fragments on tiles staged in the dtype,
+/// the softmax through shared memory. Each plane owns 16 query rows.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatrixConfig {
+    /// Query rows per cube (16 per plane).
+    pub block_q: u32,
+    /// Key/value rows per iteration of the main loop (a multiple of the tile).
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o columns).
+    pub val_dim: u32,
+    /// Units per plane (32 on NVIDIA, 64 on AMD wave64): `plane_size / 16` units share a row.
+    pub plane_size: u32,
+    /// Bytes per element of q, k, v (the tiles are staged in that type).
+    pub elem_bytes: u32,
+    /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
+    pub precise_math: bool,
+    pub score: ScoreOptions,
+}
+
+impl MatrixConfig {
+    /// Units sharing one query row.
+    pub fn units_per_row(&self) -> u32 {
+        self.plane_size / MATRIX_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.block_q * self.units_per_row()
+    }
+
+    /// Planes per cube: 16 query rows each.
+    pub fn num_planes(&self) -> u32 {
+        self.units() / self.plane_size
+    }
+
+    /// Columns of S each unit handles.
+    pub fn kv_cols_per_unit(&self) -> u32 {
+        self.block_kv / self.units_per_row()
+    }
+
+    /// Columns of O each unit accumulates.
+    pub fn out_cols_per_unit(&self) -> u32 {
+        self.val_dim_tile().div_ceil(self.units_per_row())
+    }
+
+    /// Row length of the Q and K tiles: padded to the cmma tile (the padding is zero).
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row length of the V tile and of the O block (padded to the tile).
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
+        let partials = 2 * bq * self.units_per_row() as usize * F32_BYTES;
+        let score_tile = bq * bkv;
+        let staged = (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
+        let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
+        staged + f32_tiles + partials
+    }
+}
+
+impl SplitsRows for MatrixConfig {
+    fn split(&self) -> RowSplit {
+        RowSplit {
+            block_q: self.block_q,
+            block_kv: self.block_kv,
+            val_dim: self.val_dim,
+            units_per_row: self.units_per_row(),
+            out_cols_per_unit: self.out_cols_per_unit(),
+            precise_math: self.precise_math,
+            score: self.score,
+        }
+    }
+}
+
+/// The mma kernel (`forward/mma/`): `planes` planes of 32 lanes, each owning `plane_rows`
+/// (16 or 32) query rows in registers; the key/value block streamed through shared memory.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MmaConfig {
+    /// Planes per cube.
+    pub planes: u32,
+    /// Query rows per plane: 16 (one row tile) or 32 (two, FA-2's 32 rows per warp).
+    pub plane_rows: u32,
+    /// Key/value rows per iteration of the main loop.
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o columns).
+    pub val_dim: u32,
+    /// Shared-memory buffers of the key/value block (1: the next block is stored between two
+    /// cube syncs; 2: into the other buffer, one sync per block).
+    pub kv_buffers: u32,
+    /// With two buffers: the next key/value block arrives by `cp.async` (see
+    /// `primitives::pair_stream`) instead of through registers.
+    pub async_kv: bool,
+    pub score: ScoreOptions,
+}
+
+impl MmaConfig {
+    /// Query rows per cube.
+    pub fn block_q(&self) -> u32 {
+        self.planes * self.plane_rows
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.planes * MMA_LANES
+    }
+
+    /// Planes per cube.
+    pub fn num_planes(&self) -> u32 {
+        self.planes
+    }
+
+    /// 16-row tiles of queries each plane owns (1 or 2). With 2, every K and V fragment read
+    /// from shared memory feeds two mmas.
+    pub fn mma_row_tiles(&self) -> u32 {
+        self.plane_rows / MATRIX_TILE
+    }
+
+    /// head_dim padded to the mma tile.
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// val_dim padded to the mma tile (the O accumulators).
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row length, in 8-element chunks, of the Q and K tiles: one chunk of padding makes the
+    /// row stride an odd multiple of 16 bytes, so the 8 rows of an `ldmatrix` phase fall in 8
+    /// different bank groups.
     pub fn mma_head_stride(&self) -> u32 {
         tile_stride(self.head_dim)
     }
 
-    /// Row length, in chunks, of the mma path's V tile (same padding).
+    /// Row length, in chunks, of the V tile (same padding).
     pub fn mma_val_stride(&self) -> u32 {
         tile_stride(self.val_dim)
     }
 
-    /// Mma path: the key/value block streamed through shared memory.
+    /// The key/value block streamed through shared memory.
     pub fn mma_kv_pair(&self) -> PairShape {
         PairShape {
             rows: self.block_kv,
@@ -142,48 +382,20 @@ impl FlashConfig {
         }
     }
 
-    /// Planes per cube on the matrix and mma paths: `plane_size / units_per_row` query rows
-    /// per plane (16 on the matrix path; 16 or 32 on the mma path).
-    pub fn num_planes(&self) -> u32 {
-        self.units() / self.plane_size
-    }
-
-    /// Mma path: 16-row tiles of queries each plane owns (1 or 2). With 2, every K and V
-    /// fragment read from shared memory feeds two mmas (FA-2's 32 rows per warp).
-    pub fn mma_row_tiles(&self) -> u32 {
-        self.plane_size / (self.units_per_row * MATRIX_TILE)
-    }
-
-    /// Mma path: whether the plane's Q fragments stay in registers for the whole kernel
-    /// (otherwise they are read from the shared Q tile for every key block).
+    /// Whether the plane's Q fragments stay in registers for the whole kernel (otherwise they
+    /// are read from the shared Q tile for every key block).
     pub fn mma_q_in_registers(&self) -> bool {
         self.mma_row_tiles() * self.head_dim_tile() <= MMA_Q_REGISTER_COLS
     }
 
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
-        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
-        let partials = 2 * bq * self.units_per_row as usize * F32_BYTES;
-        let score_tile = bq * self.score_tile_cols() as usize;
-        match self.path {
-            ForwardPath::Portable => {
-                (bq * dk + bkv * dk + bkv * dv + score_tile) * F32_BYTES + partials
-            }
-            ForwardPath::Matrix => {
-                let staged =
-                    (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
-                let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
-                staged + f32_tiles + partials
-            }
-            ForwardPath::Mma => {
-                let chunks = bq * self.mma_head_stride() as usize
-                    + self.kv_buffers as usize
-                        * bkv
-                        * (self.mma_head_stride() + self.mma_val_stride()) as usize;
-                let barrier = if self.async_kv { ASYNC_BARRIER_BYTES } else { 0 };
-                chunks * MMA_CHUNK as usize * self.elem_bytes as usize + barrier
-            }
-        }
+        let (bq, bkv) = (self.block_q() as usize, self.block_kv as usize);
+        let chunks = bq * self.mma_head_stride() as usize
+            + self.kv_buffers as usize
+                * bkv
+                * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+        let barrier = if self.async_kv { ASYNC_BARRIER_BYTES } else { 0 };
+        chunks * MMA_CHUNK as usize * MMA_ELEM_BYTES + barrier
     }
 }

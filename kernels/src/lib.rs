@@ -5,8 +5,8 @@
 //!   configurations, and why ([`plan::plan`]). Call it first; the launchers take its plan.
 //! - [`forward`]: the forward launcher [`forward::flash_attention_forward`];
 //!   [`backward`]: the backward launcher [`backward::flash_attention_backward`].
-//! - [`config`]: the forward's comptime kernel configuration ([`backward::config`]: the
-//!   backward's).
+//! - [`config`]: the forward kernels' comptime configurations, one per kernel family
+//!   ([`backward::config`]: the gradient kernels').
 //! - [`primitives`]: small `#[cube]` pieces shared by the kernels (the logit transform in
 //!   [`primitives::score`] is the contract between forward and backward).
 //! - [`reference`]: the f64 CPU oracle; [`tolerance`]: the FlashAttention tolerance rule.
@@ -21,7 +21,7 @@ pub mod problem;
 pub mod reference;
 pub mod tolerance;
 
-pub use config::{FlashConfig, ForwardPath};
+pub use config::{ForwardConfig, ForwardPath, MatrixConfig, MmaConfig, PortableConfig};
 pub use error::FlashError;
 pub use forward::{ForwardTensors, flash_attention_forward};
 pub use plan::{DeviceCaps, Layout, Passes, Plan, Tuning, plan};

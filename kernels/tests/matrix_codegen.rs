@@ -8,14 +8,14 @@
 mod common;
 mod planning;
 
-use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath};
+use burn_flash_attn_kernels::config::{ForwardConfig, ForwardPath, MatrixConfig};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
 use common::cuda_codegen::{cuda_source, dump, problem, settings};
 
-fn matrix_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+fn matrix_source<F: Float, M: Int>(client: &common::Client, config: MatrixConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
     cuda_source(FlashAttentionForwardMatrixKernel::<F, M, common::TestRuntime>::new(
         settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
@@ -59,21 +59,18 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
     for case in cases {
         // The H200 picks the mma path for most of these; the matrix path is forced here.
         let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix)).expect("planned");
-        assert_eq!(
-            plan.config.path,
-            ForwardPath::Matrix,
-            "{case:?}: {}",
-            plan
-        );
+        let ForwardConfig::Matrix(config) = plan.config else {
+            panic!("{case:?}: {plan}, not the matrix path");
+        };
         let (source, shared) = match (case.dtype, case.mask) {
             (FloatKind::F16, Some(MaskKind::U8)) => {
-                matrix_source::<half::f16, u8>(&client, plan.config)
+                matrix_source::<half::f16, u8>(&client, config)
             }
-            (FloatKind::F16, _) => matrix_source::<half::f16, u32>(&client, plan.config),
+            (FloatKind::F16, _) => matrix_source::<half::f16, u32>(&client, config),
             (FloatKind::BF16, Some(MaskKind::U8)) => {
-                matrix_source::<half::bf16, u8>(&client, plan.config)
+                matrix_source::<half::bf16, u8>(&client, config)
             }
-            (FloatKind::BF16, _) => matrix_source::<half::bf16, u32>(&client, plan.config),
+            (FloatKind::BF16, _) => matrix_source::<half::bf16, u32>(&client, config),
             (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
         };
         dump(
@@ -96,7 +93,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         );
         assert_eq!(
             shared,
-            plan.config.shared_memory_bytes(),
+            config.shared_memory_bytes(),
             "{case:?}: planner's shared memory estimate"
         );
     }

@@ -8,12 +8,10 @@
 mod common;
 mod planning;
 
-use burn_flash_attn_kernels::backward::config::{
-    BackwardConfig, BackwardKernel, BackwardPath,
-};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, MmaGradientConfig};
 use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
 use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
-use burn_flash_attn_kernels::config::{FlashConfig, ForwardPath, MMA_CHUNK};
+use burn_flash_attn_kernels::config::{ForwardConfig, MMA_CHUNK, MmaConfig};
 use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
 use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
@@ -21,7 +19,7 @@ use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use common::cuda_codegen::{cuda_source, dump, problem, settings};
 use cubecl::prelude::*;
 
-fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+fn mma_source<F: Float, M: Int>(client: &common::Client, config: MmaConfig) -> (String, usize) {
     if config.async_kv {
         mma_source_with::<F, M, AsyncCopy>(client, config)
     } else {
@@ -31,11 +29,11 @@ fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) ->
 
 fn mma_source_with<F: Float, M: Int, S: PairStream>(
     client: &common::Client,
-    config: FlashConfig,
+    config: MmaConfig,
 ) -> (String, usize) {
     cuda_source(
         FlashAttentionForwardMmaKernel::<F, M, S, common::TestRuntime>::new(
-            settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
+            settings(CubeDim::new_2d(32, config.num_planes())),
             client.clone(),
             tensor(),
             tensor(),
@@ -89,14 +87,19 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
     // of them).
     let with_both_tilings = cases.into_iter().flat_map(|case| {
         let plan = planning::forward_plan(&props, &case, None).expect("planned");
-        let other = FlashConfig {
-            units_per_row: 3 - plan.config.units_per_row,
-            ..plan.config
+        let ForwardConfig::Mma(planned) = plan.config else {
+            panic!("{case:?}: {plan}, not the mma path");
         };
-        [plan.config, other]
+        let other_rows = 48 - planned.plane_rows;
+        let other = MmaConfig {
+            planes: planned.block_q() / other_rows,
+            plane_rows: other_rows,
+            ..planned
+        };
+        [planned, other]
             .into_iter()
             .flat_map(move |config| {
-                [(1, false), (2, false), (2, true)].map(|(kv_buffers, async_kv)| FlashConfig {
+                [(1, false), (2, false), (2, true)].map(|(kv_buffers, async_kv)| MmaConfig {
                     kv_buffers,
                     async_kv,
                     ..config
@@ -105,7 +108,6 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
             .map(move |config| (case, config, plan.to_string()))
     });
     for (case, config, reason) in with_both_tilings {
-        assert_eq!(config.path, ForwardPath::Mma, "{case:?}: {reason}");
         let (source, shared) = match (case.dtype, case.mask) {
             (FloatKind::F16, Some(MaskKind::U8)) => mma_source::<half::f16, u8>(&client, config),
             (FloatKind::F16, _) => mma_source::<half::f16, u32>(&client, config),
@@ -189,16 +191,13 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         });
     for (case, kernel, buffers, async_inner) in variants {
         let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
-        assert_eq!(
-            plan.config.path,
-            BackwardPath::Mma,
-            "{case:?}: {}",
-            plan
-        );
-        let config = BackwardConfig {
+        let GradientConfig::Mma(planned) = plan.config else {
+            panic!("{case:?}: {plan}, not the mma path");
+        };
+        let config = MmaGradientConfig {
             buffers,
             async_inner,
-            ..plan.config
+            ..planned
         };
         let outer = match kernel {
             BackwardKernel::KeyValue => config.block_kv,
@@ -262,7 +261,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
 fn dkdv_source<F: Float>(
     client: &common::Client,
     settings: KernelSettings,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) -> (String, usize) {
     if config.async_inner {
         dkdv_source_with::<F, AsyncCopy>(client, settings, config)
@@ -274,7 +273,7 @@ fn dkdv_source<F: Float>(
 fn dkdv_source_with<F: Float, S: PairStream>(
     client: &common::Client,
     settings: KernelSettings,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) -> (String, usize) {
     cuda_source(DkdvMmaKernel::<F, u32, S, common::TestRuntime>::new(
         settings,
@@ -299,7 +298,7 @@ fn dkdv_source_with<F: Float, S: PairStream>(
 fn dq_source<F: Float>(
     client: &common::Client,
     settings: KernelSettings,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) -> (String, usize) {
     if config.async_inner {
         dq_source_with::<F, AsyncCopy>(client, settings, config)
@@ -311,7 +310,7 @@ fn dq_source<F: Float>(
 fn dq_source_with<F: Float, S: PairStream>(
     client: &common::Client,
     settings: KernelSettings,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) -> (String, usize) {
     cuda_source(DqMmaKernel::<F, u32, S, common::TestRuntime>::new(
         settings,

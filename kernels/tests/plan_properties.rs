@@ -11,9 +11,9 @@
 mod common;
 mod planning;
 
-use burn_flash_attn_kernels::backward::{BackwardConfig, BackwardPath};
+use burn_flash_attn_kernels::backward::{BackwardPath, GradientConfig};
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Passes, Plan, Tuning, plan};
-use burn_flash_attn_kernels::{AttentionProblem, FlashConfig, FlashError, FloatKind, ForwardPath, MaskKind};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardConfig, FloatKind, ForwardPath, MaskKind};
 use cubecl::ir::DeviceProperties;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -113,13 +113,12 @@ fn check_cube(device: &Device, what: &str, units: u32, shared: usize) -> Result<
     Ok(())
 }
 
-fn check_forward(device: &Device, p: &AttentionProblem, layout: Layout, config: &FlashConfig) -> Result<(), TestCaseError> {
+fn check_forward(device: &Device, p: &AttentionProblem, layout: Layout, config: &ForwardConfig) -> Result<(), TestCaseError> {
     check_cube(device, "forward", config.units(), config.shared_memory_bytes())?;
-    prop_assert_eq!(config.head_dim as usize, p.head_dim);
-    prop_assert_eq!(config.val_dim as usize, p.val_dim);
-    prop_assert_eq!(config.score, p.score_options());
-    prop_assert!(config.block_q > 0 && config.block_kv > 0);
-    match config.path {
+    prop_assert_eq!(config.dims(), (p.head_dim as u32, p.val_dim as u32));
+    prop_assert_eq!(config.score(), p.score_options());
+    prop_assert!(config.block_q() > 0 && config.block_kv() > 0);
+    match config.path() {
         ForwardPath::Mma => {
             prop_assert!(layout.rows_chunked, "mma forward planned for strided rows");
             prop_assert!(p.dtype != FloatKind::F32, "mma forward for f32");
@@ -135,12 +134,12 @@ fn check_forward(device: &Device, p: &AttentionProblem, layout: Layout, config: 
     Ok(())
 }
 
-fn check_gradient(device: &Device, p: &AttentionProblem, layout: Layout, config: &BackwardConfig) -> Result<(), TestCaseError> {
-    check_cube(device, &format!("{:?}", config.kernel), config.units, config.shared_memory_bytes())?;
-    prop_assert_eq!(config.head_dim as usize, p.head_dim);
-    prop_assert_eq!(config.score, p.score_options());
-    prop_assert!(config.block_q > 0 && config.block_kv > 0);
-    if config.path == BackwardPath::Mma {
+fn check_gradient(device: &Device, p: &AttentionProblem, layout: Layout, config: &GradientConfig) -> Result<(), TestCaseError> {
+    check_cube(device, &format!("{:?}", config.kernel()), config.units(), config.shared_memory_bytes())?;
+    prop_assert_eq!(config.dims(), (p.head_dim as u32, p.val_dim as u32));
+    prop_assert_eq!(config.score(), p.score_options());
+    prop_assert!(config.blocks().0 > 0 && config.blocks().1 > 0);
+    if config.path() == BackwardPath::Mma {
         prop_assert!(layout.rows_chunked, "mma backward planned for strided rows");
         prop_assert_eq!(device.props.hardware.plane_size_max, 32);
     }
@@ -173,8 +172,8 @@ fn check_problem(
     prop_assert_eq!(&planned, &again, "planning is not deterministic");
     match planned {
         Ok(plan) => {
-            let backward = plan.backward.as_ref().map(|b| format!(" + {:?}/{:?}", b.dkdv.config.path, b.dq.config.path));
-            tally.add(format!("{}{}", plan.forward.config.path.name(), backward.unwrap_or_default()));
+            let backward = plan.backward.as_ref().map(|b| format!(" + {:?}/{:?}", b.dkdv.config.path(), b.dq.config.path()));
+            tally.add(format!("{}{}", plan.forward.config.path().name(), backward.unwrap_or_default()));
             check_forward(device, p, layout, &plan.forward.config)?;
             prop_assert_eq!(plan.backward.is_some(), passes == Passes::ForwardBackward);
             if let Some(backward) = &plan.backward {
@@ -257,6 +256,6 @@ fn tunings_the_kernels_cannot_take_are_typed_errors() {
     // The gradient kernels take 16-row planes only.
     assert!(matches!(tuned(Tuning::default().with_backward_mma(Some(rows32))), Err(FlashError::InvalidTuning(_))));
     let plan = tuned(Tuning::default().with_forward_mma(Some(rows32))).expect("32-row forward planes are valid");
-    assert_eq!(plan.forward.config.block_q, 128);
+    assert_eq!(plan.forward.config.block_q(), 128);
     assert_eq!(plan.forward.blocks, burn_flash_attn_kernels::plan::BlockChoice::Tuned);
 }

@@ -4,7 +4,7 @@ mod common;
 mod planning;
 
 use burn_flash_attn_kernels::plan::DeviceCaps;
-use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath};
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
 use common::{h200, mi300x};
@@ -31,7 +31,7 @@ fn path(props: &DeviceProperties, dtype: FloatKind, head_dim: usize) -> ForwardP
     println!("{dtype:?} hd{head_dim}: {}", plan);
     assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
     assert!(plan.config.units() <= props.hardware.max_units_per_cube);
-    plan.config.path
+    plan.config.path()
 }
 
 #[test]
@@ -91,9 +91,9 @@ fn mma_blocks_shrink_to_fit_99_kib_of_shared_memory() {
         };
         let plan = planning::forward_plan(&props, &case, None).expect("planned");
         println!("causal {causal}: {}", plan);
-        assert_eq!(plan.config.path, ForwardPath::Mma, "causal {causal}");
+        assert_eq!(plan.config.path(), ForwardPath::Mma, "causal {causal}");
         assert!(plan.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
-        assert_eq!(plan.config.block_kv, 32, "causal {causal}");
+        assert_eq!(plan.config.block_kv(), 32, "causal {causal}");
     }
 }
 
@@ -106,10 +106,8 @@ fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
     assert_eq!(path(&props, FloatKind::F16, 256), ForwardPath::Portable);
     assert_eq!(path(&props, FloatKind::BF16, 128), ForwardPath::Portable);
     let plan = planning::forward_plan(&props, &problem(FloatKind::F16, 64), None).expect("planned");
-    assert_eq!(
-        plan.config.units_per_row, 4,
-        "wave64: 64 lanes over 16 rows"
-    );
+    let ForwardConfig::Matrix(matrix) = plan.config else { panic!("f16 on MI300X: the matrix path") };
+    assert_eq!(matrix.units_per_row(), 4, "wave64: 64 lanes over 16 rows");
 }
 
 #[test]

@@ -18,7 +18,7 @@ mod planning;
 
 use backward_support::forward::run_forward_cases;
 use backward_support::*;
-use burn_flash_attn_kernels::backward::config::BackwardKernel;
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, PortableGradientConfig};
 use burn_flash_attn_kernels::backward::{
     GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
     flash_attention_backward_preprocess,
@@ -29,7 +29,7 @@ use burn_flash_attn_kernels::plan::ForwardPlan;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 use burn_flash_attn_kernels::problem::{AttentionProblem, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Precision};
-use burn_flash_attn_kernels::{FlashError, ForwardPath};
+use burn_flash_attn_kernels::{FlashError, ForwardConfig};
 use cubecl::ir::DeviceProperties;
 use cubecl::prelude::*;
 
@@ -56,10 +56,10 @@ fn launch_wave64(
     tensors: ForwardTensors<TestRuntime>,
 ) -> Result<ForwardPlan, FlashError> {
     let plan = planning::forward_plan(&wave64(client.properties()), problem, None)?;
-    if plan.config.path == ForwardPath::Matrix {
-        assert_eq!(plan.config.plane_size, WAVE64, "a wave64 matrix plan");
+    if let ForwardConfig::Matrix(matrix) = plan.config {
+        assert_eq!(matrix.plane_size, WAVE64, "a wave64 matrix plan");
         assert_eq!(
-            plan.config.units_per_row,
+            matrix.units_per_row(),
             WAVE64 / MATRIX_TILE,
             "4 units per query row"
         );
@@ -107,7 +107,7 @@ fn backward(case: &Case) -> Result<(), String> {
         case,
         &device,
         inputs,
-        (dkdv_plan.config, dq_plan.config),
+        (portable(dkdv_plan.config), portable(dq_plan.config)),
     )?;
     let oracle = reference::backward(&p, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&p, &data.inputs(), &data.d_out, precision(case.dtype));
@@ -127,10 +127,15 @@ fn backward(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-type Configs = (
-    burn_flash_attn_kernels::backward::BackwardConfig,
-    burn_flash_attn_kernels::backward::BackwardConfig,
-);
+type Configs = (PortableGradientConfig, PortableGradientConfig);
+
+/// The portable config of a wave64 gradient plan (an MI300X has no register mma).
+fn portable(config: GradientConfig) -> PortableGradientConfig {
+    match config {
+        GradientConfig::Portable(config) => config,
+        GradientConfig::Mma(_) => panic!("a wave64 plan took the mma path"),
+    }
+}
 
 fn launch_backward(
     client: &ComputeClient<TestRuntime>,

@@ -16,7 +16,7 @@ use crate::primitives::score::{
 };
 use crate::primitives::tile_io::{head_view, load_tile};
 
-use super::config::BackwardConfig;
+use super::config::PortableGradientConfig;
 
 /// The f32 shared-memory tiles of one block pair, row-major.
 #[derive(CubeType)]
@@ -51,7 +51,7 @@ pub struct BlockPair {
 }
 
 #[cube]
-pub fn new_tiles(#[comptime] config: BackwardConfig) -> BlockPairTiles {
+pub fn new_tiles(#[comptime] config: PortableGradientConfig) -> BlockPairTiles {
     BlockPairTiles {
         q: SharedMemory::new(comptime!((config.block_q * config.head_dim_tile()) as usize)),
         d_out: SharedMemory::new(comptime!((config.block_q * config.val_dim_tile()) as usize)),
@@ -75,7 +75,7 @@ pub fn load_query_block<F: Float>(
     delta: &Tensor<f32>,
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
 ) {
     let units = config.units;
     load_tile::<F, f32>(
@@ -126,7 +126,7 @@ pub fn load_kv_block<F: Float>(
     v: &Tensor<F>,
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
 ) {
     load_tile::<F, f32>(
         k,
@@ -164,7 +164,7 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
     tensors: &ScoreTensors,
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
     let dk = config.head_dim_tile();

@@ -1,19 +1,21 @@
-//! The ONE comptime configuration of the backward kernels ([`super::dkdv`] and [`super::dq`]);
-//! [`crate::plan::backward`] chooses it.
+//! The comptime configurations of the gradient kernels, one type per kernel family:
+//! [`PortableGradientConfig`] ([`super::dkdv`], [`super::dq`]) and [`MmaGradientConfig`]
+//! ([`super::mma`]); [`crate::plan::backward`] chooses them.
 //!
 //! Both kernels work on a pair of blocks at a time: `block_q` query rows (with their `d_out`,
 //! lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks for a fixed
-//! key/value block; dQ iterates over key/value blocks for a fixed query block. Every tile lives
-//! in shared memory as f32; the accumulators live in registers.
-use crate::config::{ASYNC_BARRIER_BYTES, MATRIX_TILE, MMA_CHUNK};
+//! key/value block; dQ iterates over key/value blocks for a fixed query block.
+use crate::config::{ASYNC_BARRIER_BYTES, MATRIX_TILE, MMA_CHUNK, MMA_ELEM_BYTES};
 use crate::primitives::chunk_io::{PairShape, tile_stride};
+use crate::primitives::mma::LANES as MMA_LANES;
 use crate::primitives::score::ScoreOptions;
 
-/// Bytes of one f32: every staged tile and every accumulator is f32.
+/// Bytes of one f32: every staged tile of the portable kernels and every accumulator is f32.
 const F32_BYTES: usize = 4;
 /// Rows of the inner block summed plainly before they join a compensated sum (see
-/// [`BackwardConfig::sum_group`]).
+/// [`PortableGradientConfig::sum_group`]).
 const SUM_GROUP: u32 = 4;
+
 /// Which gradient kernel a configuration is for: they hold different tiles and accumulators.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum BackwardKernel {
@@ -33,9 +35,90 @@ pub enum BackwardPath {
     Mma,
 }
 
+impl BackwardPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackwardPath::Portable => "portable",
+            BackwardPath::Mma => "mma",
+        }
+    }
+}
+
+/// The gradient kernel one plan launches, with its configuration.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct BackwardConfig {
-    pub path: BackwardPath,
+pub enum GradientConfig {
+    Portable(PortableGradientConfig),
+    Mma(MmaGradientConfig),
+}
+
+impl GradientConfig {
+    pub fn path(&self) -> BackwardPath {
+        match self {
+            GradientConfig::Portable(_) => BackwardPath::Portable,
+            GradientConfig::Mma(_) => BackwardPath::Mma,
+        }
+    }
+
+    pub fn kernel(&self) -> BackwardKernel {
+        match self {
+            GradientConfig::Portable(c) => c.kernel,
+            GradientConfig::Mma(c) => c.kernel,
+        }
+    }
+
+    /// (block_q, block_kv): query rows and key/value rows of one block pair.
+    pub fn blocks(&self) -> (u32, u32) {
+        match self {
+            GradientConfig::Portable(c) => (c.block_q, c.block_kv),
+            GradientConfig::Mma(c) => (c.block_q, c.block_kv),
+        }
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        match self {
+            GradientConfig::Portable(c) => c.units,
+            GradientConfig::Mma(c) => c.units(),
+        }
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        match self {
+            GradientConfig::Portable(c) => c.shared_memory_bytes(),
+            GradientConfig::Mma(c) => c.shared_memory_bytes(),
+        }
+    }
+
+    /// Exact (head_dim, val_dim) it was made for.
+    pub fn dims(&self) -> (u32, u32) {
+        match self {
+            GradientConfig::Portable(c) => (c.head_dim, c.val_dim),
+            GradientConfig::Mma(c) => (c.head_dim, c.val_dim),
+        }
+    }
+
+    pub fn score(&self) -> ScoreOptions {
+        match self {
+            GradientConfig::Portable(c) => c.score,
+            GradientConfig::Mma(c) => c.score,
+        }
+    }
+}
+
+/// Rows of the block a kernel accumulates over its whole run (dK/dV: key rows, dQ: query
+/// rows), and of the block it streams (the other one).
+fn outer_inner(kernel: BackwardKernel, block_q: u32, block_kv: u32) -> (u32, u32) {
+    match kernel {
+        BackwardKernel::KeyValue => (block_kv, block_q),
+        BackwardKernel::Query => (block_q, block_kv),
+    }
+}
+
+/// The portable gradient kernels: every tile in shared memory as f32, the accumulators (and
+/// their Kahan compensations) in registers, `units` units in a 1D cube.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct PortableGradientConfig {
     pub kernel: BackwardKernel,
     /// Query rows per tile.
     pub block_q: u32,
@@ -47,16 +130,10 @@ pub struct BackwardConfig {
     pub val_dim: u32,
     /// Units per cube (1D).
     pub units: u32,
-    /// Mma path: shared-memory buffers of the inner block (see
-    /// [`crate::plan::mma_blocks::backward_default`]); 1 elsewhere.
-    pub buffers: u32,
-    /// Mma path: the inner block arrives by `cp.async` (see `primitives::pair_stream`)
-    /// instead of through registers. False elsewhere.
-    pub async_inner: bool,
     pub score: ScoreOptions,
 }
 
-impl BackwardConfig {
+impl PortableGradientConfig {
     /// Row length of the Q and K tiles: head_dim made odd, so that units reading one column of
     /// consecutive rows hit different shared-memory banks.
     pub fn head_dim_tile(&self) -> u32 {
@@ -85,10 +162,7 @@ impl BackwardConfig {
 
     /// Rows of the accumulated gradients: block_kv for dK/dV, block_q for dQ.
     pub fn accumulated_rows(&self) -> u32 {
-        match self.kernel {
-            BackwardKernel::KeyValue => self.block_kv,
-            BackwardKernel::Query => self.block_q,
-        }
+        outer_inner(self.kernel, self.block_q, self.block_kv).0
     }
 
     /// Elements of the head_dim-wide gradient (dK or dQ) each unit accumulates.
@@ -113,11 +187,7 @@ impl BackwardConfig {
     /// chain of small partial sums, and a quarter of the compensation work. Block sizes are
     /// powers of two, so the group divides the block.
     pub fn sum_group(&self) -> u32 {
-        let inner = match self.kernel {
-            BackwardKernel::KeyValue => self.block_q,
-            BackwardKernel::Query => self.block_kv,
-        };
-        SUM_GROUP.min(inner)
+        SUM_GROUP.min(outer_inner(self.kernel, self.block_q, self.block_kv).1)
     }
 
     /// Whether the P tile is kept (dV needs it; dQ only needs dS).
@@ -134,8 +204,62 @@ impl BackwardConfig {
         }
     }
 
-    /// Row length, in 8-element chunks, of the mma path's Q and K tiles (one chunk of padding:
-    /// see [`crate::primitives::mma`]).
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
+        let ds = bq * self.score_tile_cols() as usize;
+        // lse and delta of the query block.
+        let row_stats = 2 * bq;
+        (rows_dims + ds + self.p_tile_len() as usize + row_stats) * F32_BYTES
+    }
+}
+
+/// The mma gradient kernels: one plane of 32 lanes per 16 accumulated rows, the inner block
+/// streamed through `buffers` shared-memory copies (see [`crate::plan::mma_blocks`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MmaGradientConfig {
+    pub kernel: BackwardKernel,
+    /// Query rows per tile.
+    pub block_q: u32,
+    /// Key/value rows per tile.
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o, d_out columns).
+    pub val_dim: u32,
+    /// Shared-memory buffers of the inner block (1: each inner block is loaded between two
+    /// cube waits; 2: the next one is started while this one computes).
+    pub buffers: u32,
+    /// The inner block arrives by `cp.async` (see `primitives::pair_stream`) instead of
+    /// through registers.
+    pub async_inner: bool,
+    pub score: ScoreOptions,
+}
+
+impl MmaGradientConfig {
+    /// Rows of the accumulated gradients: block_kv for dK/dV, block_q for dQ.
+    pub fn accumulated_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).0
+    }
+
+    /// Rows of the inner (streamed) block (dK/dV: query rows, dQ: key rows).
+    pub fn inner_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).1
+    }
+
+    /// Planes per cube: one per 16 accumulated rows.
+    pub fn planes(&self) -> u32 {
+        self.accumulated_rows() / MATRIX_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.planes() * MMA_LANES
+    }
+
+    /// Row length, in 8-element chunks, of the Q and K tiles (one chunk of padding: see
+    /// [`crate::primitives::mma`]).
     pub fn mma_head_stride(&self) -> u32 {
         tile_stride(self.head_dim)
     }
@@ -150,52 +274,33 @@ impl BackwardConfig {
         self.val_dim.div_ceil(MATRIX_TILE)
     }
 
-    /// Row length, in chunks, of the mma path's dO and V tiles.
+    /// Row length, in chunks, of the dO and V tiles.
     pub fn mma_val_stride(&self) -> u32 {
         tile_stride(self.val_dim)
     }
 
-    /// Mma path: rows of the inner block (dK/dV: query rows, dQ: key rows).
-    pub fn inner_rows(&self) -> u32 {
-        match self.kernel {
-            BackwardKernel::KeyValue => self.block_q,
-            BackwardKernel::Query => self.block_kv,
-        }
-    }
-
-    /// Mma path: the inner block streamed through shared memory (Q and dO, or K and V).
+    /// The inner block streamed through shared memory (Q and dO, or K and V).
     pub fn mma_inner_pair(&self) -> PairShape {
         PairShape {
             rows: self.inner_rows(),
             first_dim: self.head_dim,
             second_dim: self.val_dim,
-            units: self.units,
+            units: self.units(),
         }
     }
 
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        if self.path == BackwardPath::Mma {
-            // The inner block's tiles hold `buffers` blocks.
-            let rows = bq + bkv + (self.buffers as usize - 1) * self.inner_rows() as usize;
-            let chunks = rows * (self.mma_head_stride() + self.mma_val_stride()) as usize;
-            let chunk_bytes = MMA_CHUNK as usize * 2;
-            let row_stats = match self.kernel {
-                BackwardKernel::KeyValue => 2 * self.buffers as usize * bq * F32_BYTES,
-                BackwardKernel::Query => 0,
-            };
-            let barrier = if self.async_inner {
-                ASYNC_BARRIER_BYTES
-            } else {
-                0
-            };
-            return chunks * chunk_bytes + row_stats + barrier;
-        }
-        let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
-        let ds = bq * self.score_tile_cols() as usize;
-        // lse and delta of the query block.
-        let row_stats = 2 * bq;
-        (rows_dims + ds + self.p_tile_len() as usize + row_stats) * F32_BYTES
+        // The inner block's tiles hold `buffers` blocks.
+        let rows = bq + bkv + (self.buffers as usize - 1) * self.inner_rows() as usize;
+        let chunks = rows * (self.mma_head_stride() + self.mma_val_stride()) as usize;
+        let chunk_bytes = MMA_CHUNK as usize * MMA_ELEM_BYTES;
+        let row_stats = match self.kernel {
+            BackwardKernel::KeyValue => 2 * self.buffers as usize * bq * F32_BYTES,
+            BackwardKernel::Query => 0,
+        };
+        let barrier = if self.async_inner { ASYNC_BARRIER_BYTES } else { 0 };
+        chunks * chunk_bytes + row_stats + barrier
     }
 }

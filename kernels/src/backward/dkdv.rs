@@ -20,7 +20,7 @@ use super::block_pair::{
     load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
 };
 use super::compensated::CompensatedSums;
-use super::config::{BackwardConfig, BackwardKernel};
+use super::config::{PortableGradientConfig, BackwardKernel};
 use super::{score_params, GradientInputs};
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
@@ -35,7 +35,7 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
     inputs: GradientInputs<R>,
     dk: TensorBinding<R>,
     dv: TensorBinding<R>,
-    config: BackwardConfig,
+    config: PortableGradientConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
@@ -90,7 +90,7 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     dv: &mut Tensor<F>,
     params: ScoreParams,
     opaque_one: f32,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
 ) {
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
@@ -143,7 +143,7 @@ fn accumulate_query_block<F: Float, M: Int>(
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
     grads: &mut KeyValueGradients,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
     recompute_p_and_ds::<F, M>(mask, bias, params, tensors, tiles, pair, config, masked_pass);
@@ -200,7 +200,7 @@ fn write_block<F: Float>(
     seq_kv: u32,
     factor: f32,
     #[comptime] dim: u32,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
 ) {
     let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
     #[unroll]

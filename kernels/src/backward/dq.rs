@@ -20,7 +20,7 @@ use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
 use super::compensated::CompensatedSums;
-use super::config::{BackwardConfig, BackwardKernel};
+use super::config::{PortableGradientConfig, BackwardKernel};
 use super::{GradientInputs, score_params};
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
@@ -34,7 +34,7 @@ pub fn flash_attention_backward_dq<R: Runtime, F: Float, M: Int>(
     problem: &AttentionProblem,
     inputs: GradientInputs<R>,
     dq: TensorBinding<R>,
-    config: BackwardConfig,
+    config: PortableGradientConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::Query);
     let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
@@ -78,7 +78,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     dq: &mut Tensor<F>,
     params: ScoreParams,
     opaque_one: f32,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
 ) {
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
@@ -180,7 +180,7 @@ fn accumulate_kv_block<F: Float, M: Int>(
     tiles: &mut BlockPairTiles,
     pair: &BlockPair,
     dq_acc: &mut CompensatedSums,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: PortableGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
     load_kv_block::<F>(k, v, tiles, pair, config);

@@ -32,13 +32,13 @@ pub mod preprocess;
 
 use cubecl::prelude::*;
 
-use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_shapes, optional_args};
+use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args};
 use crate::error::FlashError;
 use crate::plan::{BackwardPlan, Layout};
 use crate::primitives::score::ScoreParamsLaunch;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
-pub use config::{BackwardConfig, BackwardKernel, BackwardPath};
+pub use config::{BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig};
 pub use dkdv::flash_attention_backward_dkdv;
 pub use dq::flash_attention_backward_dq;
 pub use preprocess::flash_attention_backward_preprocess;
@@ -94,14 +94,9 @@ pub fn flash_attention_backward<R: Runtime>(
     let layout = tensors.layout(problem.dtype);
     for gradient in [&plan.dkdv, &plan.dq] {
         let config = gradient.config;
-        let for_problem = config.head_dim as usize == problem.head_dim
-            && config.val_dim as usize == problem.val_dim
-            && config.score == problem.score_options();
-        if !for_problem {
-            return Err(FlashError::Device(format!("the plan {config:?} is not for {problem:?}")));
-        }
-        let mma = config.path == BackwardPath::Mma;
-        check_plan_fits(client, config.shared_memory_bytes(), config.units, mma, layout)?;
+        check_plan_for(problem, plan.dtype, config.dims(), config.score(), gradient)?;
+        let mma = config.path() == BackwardPath::Mma;
+        check_plan_fits(client, config.shared_memory_bytes(), config.units(), mma, layout)?;
     }
     let rows = problem.heads_total() * problem.seq_q;
     let delta_shape = [problem.batch, problem.num_heads, problem.seq_q];
@@ -211,18 +206,17 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     inputs: GradientInputs<R>,
     (dq, dk, dv): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
 ) {
-    let (dkdv_config, dq_config) = (plan.dkdv.config, plan.dq.config);
-    match dkdv_config.path {
-        BackwardPath::Mma => {
-            mma::flash_attention_backward_dkdv_mma::<R, F, M>(client, problem, inputs.clone(), dk, dv, dkdv_config)
+    match plan.dkdv.config {
+        GradientConfig::Mma(config) => {
+            mma::flash_attention_backward_dkdv_mma::<R, F, M>(client, problem, inputs.clone(), dk, dv, config)
         }
-        BackwardPath::Portable => {
-            flash_attention_backward_dkdv::<R, F, M>(client, problem, inputs.clone(), dk, dv, dkdv_config)
+        GradientConfig::Portable(config) => {
+            flash_attention_backward_dkdv::<R, F, M>(client, problem, inputs.clone(), dk, dv, config)
         }
     }
-    match dq_config.path {
-        BackwardPath::Mma => mma::flash_attention_backward_dq_mma::<R, F, M>(client, problem, inputs, dq, dq_config),
-        BackwardPath::Portable => flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, dq_config),
+    match plan.dq.config {
+        GradientConfig::Mma(config) => mma::flash_attention_backward_dq_mma::<R, F, M>(client, problem, inputs, dq, config),
+        GradientConfig::Portable(config) => flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, config),
     }
 }
 

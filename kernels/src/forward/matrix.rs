@@ -13,7 +13,7 @@
 //! (`sync_plane` does not compile on HIP), and control flow is uniform across the cube.
 use cubecl::prelude::*;
 
-use crate::config::{FlashConfig, MATRIX_TILE};
+use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_tile};
@@ -31,7 +31,7 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     args: ForwardArgs<R>,
     params: ScoreParamsLaunch<R>,
-    config: FlashConfig,
+    config: MatrixConfig,
     cube_count: CubeCount,
 ) {
     let cube_dim = CubeDim::new_2d(config.plane_size, config.num_planes());
@@ -77,7 +77,7 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MatrixConfig,
 ) {
     forward_rows::<F, M, MatrixStep>(q, k, v, mask, bias, o, lse, params, config);
 }
@@ -88,12 +88,13 @@ pub(crate) struct MatrixStep;
 #[cube]
 impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
     type Tiles = Tiles<F>;
+    type Config = MatrixConfig;
 
     fn query_tiles(
         q: &Tensor<F>,
         q_view: &HeadView,
         q_start: u32,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: MatrixConfig,
     ) -> Tiles<F> {
         let units = comptime!(config.units());
         let mut tiles = Tiles::<F> {
@@ -152,11 +153,11 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         tiles: &mut Tiles<F>,
         softmax: &mut OnlineSoftmax,
         acc: &mut Array<f32>,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: MatrixConfig,
         #[comptime] masked_pass: bool,
     ) {
         let units = comptime!(config.units());
-        let lanes = config.units_per_row;
+        let lanes = comptime!(config.units_per_row());
         let dk = comptime!(config.head_dim_tile());
         let dv = comptime!(config.val_dim_tile());
         let bkv = config.block_kv;

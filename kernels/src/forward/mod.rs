@@ -29,8 +29,8 @@ mod unit_rows;
 
 use cubecl::prelude::*;
 
-use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_shapes, optional_args};
-use crate::config::{FlashConfig, ForwardPath, MMA_CHUNK};
+use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args};
+use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::plan::{ForwardPlan, Layout};
 use crate::primitives::score::ScoreParamsLaunch;
@@ -95,13 +95,7 @@ pub fn flash_attention_forward<R: Runtime>(
     ];
     check_shapes(problem, &expected, tensors.mask.is_some(), tensors.bias.is_some())?;
     let config = plan.config;
-    let for_problem = config.head_dim as usize == problem.head_dim
-        && config.val_dim as usize == problem.val_dim
-        && config.elem_bytes as usize == problem.dtype.size()
-        && config.score == problem.score_options();
-    if !for_problem {
-        return Err(FlashError::Device(format!("the plan {config:?} is not for {problem:?}")));
-    }
+    check_plan_for(problem, plan.dtype, config.dims(), config.score(), plan)?;
     let layout = tensors.layout(problem.dtype);
     check_plan_fits(client, config.shared_memory_bytes(), config.units(), plan.needs_chunked_rows(), layout)?;
     let launch = Launch {
@@ -114,7 +108,7 @@ pub fn flash_attention_forward<R: Runtime>(
             problem.seq_kv as u32,
         ),
         cube_count: CubeCount::Static(
-            problem.seq_q.div_ceil(config.block_q as usize) as u32,
+            problem.seq_q.div_ceil(config.block_q() as usize) as u32,
             problem.heads_total() as u32,
             1,
         ),
@@ -140,7 +134,7 @@ pub(crate) struct ForwardArgs<R: Runtime> {
 
 struct Launch<'a, R: Runtime> {
     client: &'a ComputeClient<R>,
-    config: FlashConfig,
+    config: ForwardConfig,
     params: ScoreParamsLaunch<R>,
     cube_count: CubeCount,
 }
@@ -166,10 +160,10 @@ impl<R: Runtime> Launch<'_, R> {
             lse: tensors.lse.into_tensor_arg(),
         };
         let (client, params, config, cube_count) = (self.client, self.params, self.config, self.cube_count);
-        match config.path {
-            ForwardPath::Portable => portable::launch::<R, F, M>(client, args, params, config, cube_count),
-            ForwardPath::Matrix => matrix::launch::<R, F, M>(client, args, params, config, cube_count),
-            ForwardPath::Mma => {
+        match config {
+            ForwardConfig::Portable(config) => portable::launch::<R, F, M>(client, args, params, config, cube_count),
+            ForwardConfig::Matrix(config) => matrix::launch::<R, F, M>(client, args, params, config, cube_count),
+            ForwardConfig::Mma(config) => {
                 mma::launch::<R, F, M>(client, args, params, config, cube_count, MMA_CHUNK as usize)
             }
         }

@@ -7,7 +7,7 @@
 //! unit of a row needs all of P's row for its O columns).
 use cubecl::prelude::*;
 
-use crate::config::FlashConfig;
+use crate::config::PortableConfig;
 use crate::primitives::dot::{fuses_dots, row_dot, row_dots};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -22,7 +22,7 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     args: ForwardArgs<R>,
     params: ScoreParamsLaunch<R>,
-    config: FlashConfig,
+    config: PortableConfig,
     cube_count: CubeCount,
 ) {
     let cube_dim = CubeDim::new_1d(config.units());
@@ -64,7 +64,7 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: PortableConfig,
 ) {
     forward_rows::<F, M, PortableStep>(q, k, v, mask, bias, o, lse, params, config);
 }
@@ -75,12 +75,13 @@ pub(crate) struct PortableStep;
 #[cube]
 impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
     type Tiles = Tiles;
+    type Config = PortableConfig;
 
     fn query_tiles(
         q: &Tensor<F>,
         q_view: &HeadView,
         q_start: u32,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: PortableConfig,
     ) -> Tiles {
         let units = comptime!(config.units());
         let mut tiles = Tiles {
@@ -127,7 +128,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
         tiles: &mut Tiles,
         softmax: &mut OnlineSoftmax,
         acc: &mut Array<f32>,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: PortableConfig,
         #[comptime] masked_pass: bool,
     ) {
         let units = comptime!(config.units());

@@ -4,7 +4,7 @@
 //! registers instead: see [`super::mma`].)
 use cubecl::prelude::*;
 
-use crate::config::FlashConfig;
+use crate::config::SplitsRows;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
@@ -117,6 +117,8 @@ pub(crate) fn softmax_block<P: Float>(
 #[cube]
 pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
     type Tiles: CubeType;
+    /// The kernel's configuration: it says how rows split over units ([`SplitsRows`]).
+    type Config: SplitsRows;
 
     /// Declares the tiles and stages query rows `[q_start, q_start + block_q)` in them (no
     /// sync: the first key block's makes them visible).
@@ -124,7 +126,7 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
         q: &Tensor<F>,
         q_view: &HeadView,
         q_start: u32,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: Self::Config,
     ) -> Self::Tiles;
 
     /// One iteration of the main loop: key/value block `kv_block` updates the softmax state
@@ -145,7 +147,7 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
         tiles: &mut Self::Tiles,
         softmax: &mut OnlineSoftmax,
         acc: &mut Array<f32>,
-        #[comptime] config: FlashConfig,
+        #[comptime] config: Self::Config,
         #[comptime] masked_pass: bool,
     );
 }
@@ -162,23 +164,24 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: S::Config,
 ) {
-    let q_block = query_block_heaviest_first(config.score.causal);
+    let split = comptime!(config.split());
+    let q_block = query_block_heaviest_first(split.score.causal);
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_start = q_block * config.block_q;
-    let role = unit_role(q_start, params.seq_q, config.units_per_row);
+    let q_start = q_block * split.block_q;
+    let role = unit_role(q_start, params.seq_q, split.units_per_row);
     let k_view = head_view(k, batch, head);
     let v_view = head_view(v, batch, head);
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let tensors = score_tensors(mask, bias, batch, head, split.score);
 
     // Step 1: the query block, once. The first key block's sync makes it visible.
     let mut tiles = S::query_tiles(q, &head_view(q, batch, head), q_start, config);
 
-    let mut acc = Array::<f32>::new(comptime!(config.out_cols_per_unit() as usize));
+    let mut acc = Array::<f32>::new(comptime!(split.out_cols_per_unit as usize));
     #[unroll]
-    for c in 0..config.out_cols_per_unit() {
+    for c in 0..split.out_cols_per_unit {
         acc[c as usize] = 0.0f32;
     }
     let mut softmax = OnlineSoftmax::new();
@@ -188,9 +191,9 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     let range = kv_block_range(
         q_block,
         &params,
-        config.block_q,
-        config.block_kv,
-        config.score,
+        split.block_q,
+        split.block_kv,
+        split.score,
     );
     for kv_block in 0..range.first_masked {
         S::attend(
@@ -242,10 +245,10 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
             head,
             q_start + role.row,
             role.lane,
-            config.units_per_row,
-            config.val_dim,
-            config.out_cols_per_unit(),
-            config.precise_math,
+            split.units_per_row,
+            split.val_dim,
+            split.out_cols_per_unit,
+            split.precise_math,
         );
     }
 }

@@ -5,11 +5,12 @@
 //! for a fixed key/value block; dQ iterates over key/value blocks for a fixed query block.
 use core::fmt;
 
-use crate::backward::config::{BackwardConfig, BackwardKernel, BackwardPath};
+use crate::backward::config::{
+    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig,
+};
 use crate::config::MATRIX_TILE;
 use crate::error::FlashError;
-use crate::primitives::mma::LANES;
-use crate::problem::AttentionProblem;
+use crate::problem::{AttentionProblem, FloatKind};
 
 use super::device::DeviceCaps;
 use super::forward::mma_fits_registers;
@@ -60,7 +61,7 @@ pub enum GradientChoice {
 /// One gradient kernel's configuration, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GradientPlan {
-    pub config: BackwardConfig,
+    pub config: GradientConfig,
     pub choice: GradientChoice,
     /// Shared memory of the device it was planned for, in bytes.
     pub device_shared_memory: usize,
@@ -69,6 +70,8 @@ pub struct GradientPlan {
 /// The backward's plan: the delta preprocess (no choices), then dK/dV, then dQ.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackwardPlan {
+    /// The dtype it was planned for.
+    pub dtype: FloatKind,
     pub dkdv: GradientPlan,
     pub dq: GradientPlan,
 }
@@ -76,7 +79,7 @@ pub struct BackwardPlan {
 impl BackwardPlan {
     /// Whether the gradient kernels load q, k, v and d_out rows in 16-byte chunks.
     pub fn needs_chunked_rows(&self) -> bool {
-        self.dkdv.config.path == BackwardPath::Mma || self.dq.config.path == BackwardPath::Mma
+        self.dkdv.config.path() == BackwardPath::Mma || self.dq.config.path() == BackwardPath::Mma
     }
 }
 
@@ -96,21 +99,21 @@ impl fmt::Display for GradientChoice {
 impl fmt::Display for GradientPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.config;
-        let path = match c.path {
-            BackwardPath::Mma => "mma",
-            BackwardPath::Portable => "portable",
-        };
+        let (block_q, block_kv) = c.blocks();
         write!(
             f,
-            "{:?} kernel, {path} path ({}): block_q = {}, block_kv = {}, {} units",
-            c.kernel, self.choice, c.block_q, c.block_kv, c.units
+            "{:?} kernel, {} path ({}): block_q = {block_q}, block_kv = {block_kv}, {} units",
+            c.kernel(),
+            c.path().name(),
+            self.choice,
+            c.units()
         )?;
-        if c.path == BackwardPath::Mma {
+        if let GradientConfig::Mma(mma) = c {
             write!(
                 f,
                 ", {} inner buffer(s){}",
-                c.buffers,
-                if c.async_inner { " filled by cp.async" } else { "" }
+                mma.buffers,
+                if mma.async_inner { " filled by cp.async" } else { "" }
             )?;
         }
         write!(f, ", {} of {} bytes of shared memory", c.shared_memory_bytes(), self.device_shared_memory)
@@ -134,6 +137,7 @@ pub fn backward(
     caps.check_types(problem)?;
     tuning.validate()?;
     Ok(BackwardPlan {
+        dtype: problem.dtype,
         dkdv: gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?,
         dq: gradient(caps, problem, layout, tuning, BackwardKernel::Query)?,
     })
@@ -156,7 +160,7 @@ pub fn gradient(
     } else {
         let mut blocks = Some(tuning.backward_mma.unwrap_or_else(mma_blocks::backward_default));
         while let Some(candidate) = blocks {
-            let config = mma_config(caps, problem, kernel, candidate);
+            let config = GradientConfig::Mma(mma_config(caps, problem, kernel, candidate));
             if fits(caps, &config) {
                 return Ok(plan(config, GradientChoice::RegisterMma));
             }
@@ -164,7 +168,7 @@ pub fn gradient(
         }
         GradientChoice::MmaDoesNotFit
     };
-    Ok(plan(portable_config(caps, problem, kernel)?, choice))
+    Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))
 }
 
 /// The mma path's config for `blocks`: `planes` planes of 16 outer (accumulated) rows, an inner
@@ -174,21 +178,19 @@ fn mma_config(
     problem: &AttentionProblem,
     kernel: BackwardKernel,
     blocks: MmaBlocks,
-) -> BackwardConfig {
+) -> MmaGradientConfig {
     let MmaBlocks { planes, block_kv: inner, buffers, async_copy, .. } = blocks;
     let outer = planes * MATRIX_TILE;
     let (block_q, block_kv) = match kernel {
         BackwardKernel::KeyValue => (inner, outer),
         BackwardKernel::Query => (outer, inner),
     };
-    BackwardConfig {
-        path: BackwardPath::Mma,
+    MmaGradientConfig {
         kernel,
         block_q,
         block_kv,
         head_dim: problem.head_dim as u32,
         val_dim: problem.val_dim as u32,
-        units: planes * LANES,
         buffers,
         async_inner: async_copy && caps.copy_async(),
         score: problem.score_options(),
@@ -207,7 +209,7 @@ fn portable_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
     kernel: BackwardKernel,
-) -> Result<BackwardConfig, FlashError> {
+) -> Result<PortableGradientConfig, FlashError> {
     let (outer_seq, inner_seq) = match kernel {
         BackwardKernel::KeyValue => (problem.seq_kv, problem.seq_q),
         BackwardKernel::Query => (problem.seq_q, problem.seq_kv),
@@ -225,19 +227,16 @@ fn portable_config(
                 UNITS_SMALL
             }
             .max(PLANES_PER_CUBE_AT_LEAST * caps.plane_size());
-            let config = BackwardConfig {
-                path: BackwardPath::Portable,
+            let config = PortableGradientConfig {
                 kernel,
                 block_q,
                 block_kv,
                 head_dim: problem.head_dim as u32,
                 val_dim: problem.val_dim as u32,
                 units,
-                buffers: 1,
-                async_inner: false,
                 score: problem.score_options(),
             };
-            if fits(caps, &config) && config.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT {
+            if caps.fits(config.shared_memory_bytes(), config.units) && config.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT {
                 return Ok(config);
             }
         }
@@ -250,6 +249,6 @@ fn portable_config(
     )))
 }
 
-fn fits(caps: &DeviceCaps, config: &BackwardConfig) -> bool {
-    caps.fits(config.shared_memory_bytes(), config.units)
+fn fits(caps: &DeviceCaps, config: &GradientConfig) -> bool {
+    caps.fits(config.shared_memory_bytes(), config.units())
 }

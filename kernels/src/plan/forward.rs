@@ -2,7 +2,9 @@
 //! tuning, with the reason for every choice.
 use core::fmt;
 
-use crate::config::{FlashConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK};
+use crate::config::{
+    ForwardConfig, ForwardPath, MATRIX_TILE, MMA_CHUNK, MatrixConfig, MmaConfig, PortableConfig,
+};
 use crate::error::FlashError;
 use crate::primitives::dot::DotSum;
 use crate::problem::{AttentionProblem, FloatKind};
@@ -70,7 +72,7 @@ pub enum BlockChoice {
 /// The forward's kernel configuration, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForwardPlan {
-    pub config: FlashConfig,
+    pub config: ForwardConfig,
     pub dtype: FloatKind,
     pub choice: ForwardChoice,
     pub blocks: BlockChoice,
@@ -82,7 +84,7 @@ impl ForwardPlan {
     /// Whether the kernel loads q, k, v rows in 16-byte chunks: then every one of them must be
     /// contiguous in its last dimension, with strides and offset multiples of a chunk.
     pub fn needs_chunked_rows(&self) -> bool {
-        self.config.path == ForwardPath::Mma
+        self.config.path() == ForwardPath::Mma
     }
 }
 
@@ -107,19 +109,19 @@ impl fmt::Display for ForwardChoice {
 impl fmt::Display for ForwardPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let config = &self.config;
-        write!(f, "{} path ({:?}: {}); ", config.path.name(), self.dtype, self.choice)?;
-        match config.path {
-            ForwardPath::Mma => write!(
+        write!(f, "{} path ({:?}: {}); ", config.path().name(), self.dtype, self.choice)?;
+        match config {
+            ForwardConfig::Mma(mma) => write!(
                 f,
                 "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s){}",
-                config.num_planes(),
-                config.mma_row_tiles() * MATRIX_TILE,
-                config.block_q,
-                config.block_kv,
-                config.kv_buffers,
-                if config.async_kv { " filled by cp.async" } else { "" },
+                mma.planes,
+                mma.plane_rows,
+                mma.block_q(),
+                mma.block_kv,
+                mma.kv_buffers,
+                if mma.async_kv { " filled by cp.async" } else { "" },
             )?,
-            _ => write!(f, "block_q = {}, block_kv = {}", config.block_q, config.block_kv)?,
+            _ => write!(f, "block_q = {}, block_kv = {}", config.block_q(), config.block_kv())?,
         }
         let blocks = match self.blocks {
             BlockChoice::LargestFitting => "the largest that fit",
@@ -133,9 +135,11 @@ impl fmt::Display for ForwardPlan {
             config.shared_memory_bytes(),
             self.device_shared_memory
         )?;
-        match (config.precise_math, config.dot) {
-            (true, DotSum::Wide) => write!(f, "; f32 outputs: ~1 ulp exp/ln and q·k summed in f64"),
-            (true, DotSum::Compensated) => write!(
+        match config {
+            ForwardConfig::Portable(PortableConfig { precise_math: true, dot: DotSum::Wide, .. }) => {
+                write!(f, "; f32 outputs: ~1 ulp exp/ln and q·k summed in f64")
+            }
+            ForwardConfig::Portable(PortableConfig { precise_math: true, dot: DotSum::Compensated, .. }) => write!(
                 f,
                 "; f32 outputs: ~1 ulp exp/ln and q·k summed in compensated f32 (no f64 on this device)"
             ),
@@ -177,18 +181,22 @@ pub fn forward(
         None => (ForwardPath::Portable, ForwardChoice::NoMatrixUnits),
     };
     let (config, choice, blocks) = match path {
-        ForwardPath::Portable => (portable_config(caps, problem)?, choice, BlockChoice::LargestFitting),
+        ForwardPath::Portable => (
+            ForwardConfig::Portable(portable_config(caps, problem)?),
+            choice,
+            BlockChoice::LargestFitting,
+        ),
         ForwardPath::Mma => {
             let (config, blocks) = mma_config(caps, problem, tuning.forward_mma)?;
-            (config, choice, blocks)
+            (ForwardConfig::Mma(config), choice, blocks)
         }
         ForwardPath::Matrix => match (matrix_config(caps, problem), tuning.forward_path) {
-            (Ok(config), _) => (config, choice, BlockChoice::LargestFitting),
+            (Ok(config), _) => (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting),
             (Err(error), Some(_)) => return Err(error),
             // The matrix tiles need more shared memory (e.g. head_dim 256 in MI300's 64 KiB):
             // the portable path, whose f32 tiles are smaller, still runs the problem.
             (Err(_), None) => (
-                portable_config(caps, problem)?,
+                ForwardConfig::Portable(portable_config(caps, problem)?),
                 ForwardChoice::MatrixDoesNotFit,
                 BlockChoice::LargestFitting,
             ),
@@ -201,7 +209,7 @@ pub fn forward(
             caps.max_units()
         )));
     }
-    let q_blocks = problem.seq_q.div_ceil(config.block_q as usize);
+    let q_blocks = problem.seq_q.div_ceil(config.block_q() as usize);
     let (max_x, max_y, _) = caps.properties().hardware.max_cube_count;
     if q_blocks > max_x as usize || problem.heads_total() > max_y as usize {
         return Err(FlashError::Device(format!(
@@ -236,19 +244,14 @@ fn portable_units_per_row(val_dim: u32, out_cols: u32) -> u32 {
         .max(PORTABLE_MIN_UNITS_PER_ROW)
 }
 
-fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<FlashConfig, FlashError> {
-    let base = FlashConfig {
-        path: ForwardPath::Portable,
+fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<PortableConfig, FlashError> {
+    let base = PortableConfig {
         block_q: 0,
         block_kv: 0,
         head_dim: problem.head_dim as u32,
         val_dim: problem.val_dim as u32,
         units_per_row: 0,
-        plane_size: caps.plane_size(),
-        elem_bytes: problem.dtype.size() as u32,
         precise_math: precise_math(problem.dtype),
-        kv_buffers: 1,
-        async_kv: false,
         dot: match (precise_math(problem.dtype), caps.has_f64()) {
             (false, _) => DotSum::Plain,
             (true, true) => DotSum::Wide,
@@ -268,8 +271,8 @@ fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Flas
                 .into_iter()
                 .filter(|&b| b <= max_kv.max(lanes) && b >= lanes)
             {
-                let config = FlashConfig { block_q, block_kv, units_per_row: lanes, ..base };
-                if fits(caps, &config) {
+                let config = PortableConfig { block_q, block_kv, units_per_row: lanes, ..base };
+                if caps.fits(config.shared_memory_bytes(), config.units()) {
                     return Ok(config);
                 }
             }
@@ -278,35 +281,27 @@ fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Flas
     Err(too_big(caps, problem))
 }
 
-fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<FlashConfig, FlashError> {
+fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<MatrixConfig, FlashError> {
     let plane_size = caps.plane_size();
     if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
         return Err(FlashError::Device(format!(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
         )));
     }
-    let base = FlashConfig {
-        path: ForwardPath::Matrix,
-        block_q: MATRIX_PLANES * MATRIX_ROWS_PER_PLANE,
-        block_kv: 0,
-        head_dim: problem.head_dim as u32,
-        val_dim: problem.val_dim as u32,
-        units_per_row: plane_size / MATRIX_ROWS_PER_PLANE,
-        plane_size,
-        elem_bytes: problem.dtype.size() as u32,
-        precise_math: precise_math(problem.dtype),
-        kv_buffers: 1,
-        async_kv: false,
-        dot: DotSum::Plain,
-        score: problem.score_options(),
-    };
-    for block_kv in MATRIX_BLOCK_KV {
-        let config = FlashConfig { block_kv, ..base };
-        if fits(caps, &config) {
-            return Ok(config);
-        }
-    }
-    Err(too_big(caps, problem))
+    MATRIX_BLOCK_KV
+        .into_iter()
+        .map(|block_kv| MatrixConfig {
+            block_q: MATRIX_PLANES * MATRIX_ROWS_PER_PLANE,
+            block_kv,
+            head_dim: problem.head_dim as u32,
+            val_dim: problem.val_dim as u32,
+            plane_size,
+            elem_bytes: problem.dtype.size() as u32,
+            precise_math: precise_math(problem.dtype),
+            score: problem.score_options(),
+        })
+        .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
+        .ok_or_else(|| too_big(caps, problem))
 }
 
 /// Whether the mma paths hold the problem's rows in registers and load them in whole chunks.
@@ -323,7 +318,7 @@ fn mma_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
     tuned: Option<MmaBlocks>,
-) -> Result<(FlashConfig, BlockChoice), FlashError> {
+) -> Result<(MmaConfig, BlockChoice), FlashError> {
     if !caps.has_register_mma(problem.dtype) || !mma_fits_registers(problem) {
         return Err(FlashError::Device(format!(
             "the mma path needs a 16x8x16 {:?} register mma, plane size 32, and head_dim / \
@@ -335,7 +330,7 @@ fn mma_config(
     let mut blocks = Some(first);
     while let Some(candidate) = blocks {
         let config = candidate.forward_config(caps, problem);
-        if fits(caps, &config) {
+        if caps.fits(config.shared_memory_bytes(), config.units()) {
             let choice = match (candidate == first, tuned.is_some()) {
                 (false, _) => BlockChoice::Shrunk,
                 (true, true) => BlockChoice::Tuned,
@@ -346,10 +341,6 @@ fn mma_config(
         blocks = candidate.smaller();
     }
     Err(too_big(caps, problem))
-}
-
-fn fits(caps: &DeviceCaps, config: &FlashConfig) -> bool {
-    caps.fits(config.shared_memory_bytes(), config.units())
 }
 
 fn too_big(caps: &DeviceCaps, problem: &AttentionProblem) -> FlashError {

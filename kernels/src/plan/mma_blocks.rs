@@ -4,10 +4,9 @@
 use core::fmt;
 use core::str::FromStr;
 
-use super::device::{DeviceCaps, MMA_PLANE_SIZE};
-use crate::config::{FlashConfig, ForwardPath};
+use super::device::DeviceCaps;
+use crate::config::MmaConfig;
 use crate::error::FlashError;
-use crate::primitives::dot::DotSum;
 use crate::primitives::mma::TILE_M;
 use crate::problem::AttentionProblem;
 
@@ -50,20 +49,15 @@ impl MmaBlocks {
         self,
         caps: &DeviceCaps,
         problem: &AttentionProblem,
-    ) -> FlashConfig {
-        FlashConfig {
-            path: ForwardPath::Mma,
-            block_q: self.planes * self.plane_rows,
+    ) -> MmaConfig {
+        MmaConfig {
+            planes: self.planes,
+            plane_rows: self.plane_rows,
             block_kv: self.block_kv,
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
-            units_per_row: MMA_PLANE_SIZE / self.plane_rows,
-            plane_size: MMA_PLANE_SIZE,
-            elem_bytes: problem.dtype.size() as u32,
-            precise_math: false,
             kv_buffers: self.buffers,
             async_kv: self.async_copy && self.buffers == 2 && caps.copy_async(),
-            dot: DotSum::Plain,
             score: problem.score_options(),
         }
     }

@@ -1,5 +1,5 @@
 //! Each backward kernel alone, against the oracle's intermediates.
-use burn_flash_attn_kernels::backward::BackwardKernel;
+use burn_flash_attn_kernels::backward::{BackwardKernel, GradientConfig};
 use burn_flash_attn_kernels::backward::{
     flash_attention_backward_dkdv, flash_attention_backward_dq,
     flash_attention_backward_preprocess,
@@ -92,9 +92,12 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         |x| x as f32,
     );
     let inputs = device.gradient_inputs(&delta);
-    let config = planning::gradient_plan(client.properties(), &p, kernel)
+    let GradientConfig::Portable(config) = planning::gradient_plan(client.properties(), &p, kernel)
         .unwrap()
-        .config;
+        .config
+    else {
+        panic!("f32 gradients take the portable path");
+    };
     match kernel {
         BackwardKernel::KeyValue => {
             flash_attention_backward_dkdv::<TestRuntime, f32, u32>(

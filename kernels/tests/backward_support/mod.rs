@@ -446,7 +446,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     println!(
         "case {} seed {seed} ({:?} path): kernels {:.2?} (compile included), oracles {:.2?}",
         case.name(),
-        launch.dkdv.config.path,
+        launch.dkdv.config.path(),
         kernels,
         start.elapsed() - kernels
     );

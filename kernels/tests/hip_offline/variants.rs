@@ -8,9 +8,7 @@
 use crate::planning;
 use std::collections::BTreeMap;
 
-use burn_flash_attn_kernels::backward::config::{
-    BackwardConfig, BackwardKernel, BackwardPath,
-};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig};
 use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
 use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
 use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
@@ -18,7 +16,7 @@ use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_prep
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
 use burn_flash_attn_kernels::primitives::score::{ScoreOptions, ScoreParamsCompilationArg};
-use burn_flash_attn_kernels::{AttentionProblem, FlashConfig, FloatKind, ForwardPath, MaskKind};
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, MaskKind};
 use cubecl::ir::{AddressType, DeviceProperties};
 use cubecl::prelude::*;
 
@@ -27,10 +25,10 @@ use super::{GFX942, HipSource, MatrixCores, OfflineHip};
 /// Which kernel, with its comptime config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelConfig {
-    Forward(FlashConfig),
+    Forward(ForwardConfig),
     /// `delta = rowsum(d_out ∘ o)`: no config.
     Preprocess,
-    Backward(BackwardConfig),
+    Backward(GradientConfig),
 }
 
 /// One compiled kernel.
@@ -45,18 +43,16 @@ pub struct Variant {
 impl Variant {
     /// Whether the variant runs on matrix cores (cmma fragments).
     pub fn claims_matrix(&self) -> bool {
-        matches!(self.kernel, KernelConfig::Forward(c) if c.path == ForwardPath::Matrix)
+        matches!(self.kernel, KernelConfig::Forward(ForwardConfig::Matrix(_)))
     }
 
     /// The cube the launcher launches it with.
     pub fn cube_dim(&self) -> CubeDim {
         match self.kernel {
-            KernelConfig::Forward(c) if c.path == ForwardPath::Matrix => {
-                CubeDim::new_2d(c.plane_size, c.num_planes())
-            }
+            KernelConfig::Forward(ForwardConfig::Matrix(c)) => CubeDim::new_2d(c.plane_size, c.num_planes()),
             KernelConfig::Forward(c) => CubeDim::new_1d(c.units()),
             KernelConfig::Preprocess => CubeDim::new_1d(ROWS_PER_CUBE),
-            KernelConfig::Backward(c) => CubeDim::new_1d(c.units),
+            KernelConfig::Backward(c) => CubeDim::new_1d(c.units()),
         }
     }
 
@@ -67,31 +63,31 @@ impl Variant {
         match self.kernel {
             KernelConfig::Forward(c) => format!(
                 "fwd-{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
-                c.path.name(),
-                options_tag(c.score),
-                c.head_dim,
-                c.val_dim,
-                c.block_q,
-                c.block_kv,
+                c.path().name(),
+                options_tag(c.score()),
+                c.dims().0,
+                c.dims().1,
+                c.block_q(),
+                c.block_kv(),
                 c.units()
             ),
             KernelConfig::Preprocess => format!("bwd-preprocess_{dtype}_u{ROWS_PER_CUBE}"),
             KernelConfig::Backward(c) => format!(
                 "bwd-{}{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
-                match c.kernel {
+                match c.kernel() {
                     BackwardKernel::KeyValue => "dkdv",
                     BackwardKernel::Query => "dq",
                 },
-                match c.path {
-                    BackwardPath::Portable => "",
-                    BackwardPath::Mma => "-mma",
+                match c {
+                    GradientConfig::Portable(_) => "",
+                    GradientConfig::Mma(_) => "-mma",
                 },
-                options_tag(c.score),
-                c.head_dim,
-                c.val_dim,
-                c.block_q,
-                c.block_kv,
-                c.units
+                options_tag(c.score()),
+                c.dims().0,
+                c.dims().1,
+                c.blocks().0,
+                c.blocks().1,
+                c.units()
             ),
         }
     }
@@ -194,7 +190,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             .address_type(AddressType::U32)
     };
     match variant.kernel {
-        KernelConfig::Forward(config) if config.path == ForwardPath::Portable => {
+        KernelConfig::Forward(ForwardConfig::Portable(config)) => {
             let kernel = FlashAttentionForwardKernel::<F, K, R<M>>::new(
                 settings(),
                 client,
@@ -210,7 +206,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             );
             R::<M>::hip_source(kernel, GFX942)
         }
-        KernelConfig::Forward(config) if config.path == ForwardPath::Matrix => {
+        KernelConfig::Forward(ForwardConfig::Matrix(config)) => {
             let kernel = FlashAttentionForwardMatrixKernel::<F, K, R<M>>::new(
                 settings(),
                 client,
@@ -228,7 +224,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
         }
         KernelConfig::Forward(config) => Err(format!(
             "the {} forward path has no HIP generator here",
-            config.path.name()
+            config.path().name()
         )),
         KernelConfig::Preprocess => {
             let kernel = FlashAttentionBackwardPreprocessKernel::<F, R<M>>::new(
@@ -242,11 +238,10 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             );
             R::<M>::hip_source(kernel, GFX942)
         }
-        KernelConfig::Backward(config) if config.path != BackwardPath::Portable => Err(format!(
-            "the {:?} backward path has no HIP generator here",
-            config.path
-        )),
-        KernelConfig::Backward(config) if config.kernel == BackwardKernel::KeyValue => {
+        KernelConfig::Backward(GradientConfig::Mma(_)) => {
+            Err("the mma backward path has no HIP generator here".to_string())
+        }
+        KernelConfig::Backward(GradientConfig::Portable(config)) if config.kernel == BackwardKernel::KeyValue => {
             let kernel = FlashAttentionBackwardDkdvKernel::<F, K, R<M>>::new(
                 settings(),
                 client,
@@ -266,7 +261,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             );
             R::<M>::hip_source(kernel, GFX942)
         }
-        KernelConfig::Backward(config) => {
+        KernelConfig::Backward(GradientConfig::Portable(config)) => {
             let kernel = FlashAttentionBackwardDqKernel::<F, K, R<M>>::new(
                 settings(),
                 client,

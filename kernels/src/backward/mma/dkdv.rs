@@ -14,7 +14,7 @@ use crate::problem::AttentionProblem;
 
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::backward::config::{BackwardConfig, BackwardKernel};
+use crate::backward::config::{MmaGradientConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
 
 /// Launches the mma dK/dV kernel. The caller has checked the shapes and that q, k, v, d_out
@@ -25,7 +25,7 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
     inputs: GradientInputs<R>,
     dk: TensorBinding<R>,
     dv: TensorBinding<R>,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
     if config.async_inner {
@@ -41,7 +41,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
     inputs: GradientInputs<R>,
     dk: TensorBinding<R>,
     dv: TensorBinding<R>,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) {
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let args = inputs.into_args(client);
@@ -83,9 +83,9 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     params: ScoreParams,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) {
-    let units = config.units;
+    let units = comptime!(config.units());
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let kv_start = CUBE_POS_X * config.block_kv;
@@ -291,7 +291,7 @@ fn query_block<F: Float, M: Int, N: Size>(
     lane: Lane,
     dk_acc: &mut Array<Pair<f32>>,
     dv_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) {
     let (block_q, block_kv) = (config.block_q, config.block_kv);
     if pair_needs_masked_pass(q_start, kv_start, params, block_q, block_kv, config.score) {
@@ -335,7 +335,7 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     lane: Lane,
     dk_acc: &mut Array<Pair<f32>>,
     dv_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
     let q_tiles = comptime!(config.block_q / TILE_N);

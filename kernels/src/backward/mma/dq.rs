@@ -16,7 +16,7 @@ use crate::problem::AttentionProblem;
 
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::block_pair::row_stat;
-use crate::backward::config::{BackwardConfig, BackwardKernel};
+use crate::backward::config::{MmaGradientConfig, BackwardKernel};
 use crate::backward::{GradientInputs, score_params};
 
 /// Launches the mma dQ kernel (preconditions as for [`super::flash_attention_backward_dkdv_mma`]).
@@ -25,7 +25,7 @@ pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(
     problem: &AttentionProblem,
     inputs: GradientInputs<R>,
     dq: TensorBinding<R>,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::Query);
     if config.async_inner {
@@ -40,7 +40,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
     problem: &AttentionProblem,
     inputs: GradientInputs<R>,
     dq: TensorBinding<R>,
-    config: BackwardConfig,
+    config: MmaGradientConfig,
 ) {
     let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
     let args = inputs.into_args(client);
@@ -79,9 +79,9 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     bias: &Tensor<F>,
     dq: &mut Tensor<F>,
     params: ScoreParams,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) {
-    let units = config.units;
+    let units = comptime!(config.units());
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_block = query_block_heaviest_first(config.score.causal);
@@ -265,7 +265,7 @@ fn key_block<F: Float, M: Int, N: Size>(
     plane_row: u32,
     lane: Lane,
     dq_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) {
     let kv_start = kv_block * config.block_kv;
     if kv_block < range.first_masked {
@@ -300,7 +300,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     plane_row: u32,
     lane: Lane,
     dq_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);

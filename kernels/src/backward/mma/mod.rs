@@ -28,7 +28,7 @@ use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative, visible,
 };
 
-use super::config::{BackwardConfig, BackwardKernel};
+use super::config::{MmaGradientConfig, BackwardKernel};
 
 mod dkdv;
 mod dq;
@@ -52,7 +52,7 @@ pub(super) struct PairTiles<F: Float, N: Size> {
 }
 
 #[cube]
-pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: BackwardConfig) -> PairTiles<F, N> {
+pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: MmaGradientConfig) -> PairTiles<F, N> {
     let (q_rows, kv_rows) = comptime!(match config.kernel {
         BackwardKernel::KeyValue => (config.buffers * config.block_q, config.block_kv),
         BackwardKernel::Query => (config.block_q, config.buffers * config.block_kv),
@@ -80,7 +80,7 @@ pub(super) fn p_and_ds<F: Float, M: Int>(
     tensors: &ScoreTensors,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
     #[comptime] masked_pass: bool,
 ) -> (f32, f32) {
     let p = if comptime!(config.score.fold_scale) {

@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use crate::backward::block_pair::row_stat;
-use crate::backward::config::BackwardConfig;
+use crate::backward::config::MmaGradientConfig;
 
 /// The lse and delta of one query row, on their way to the stats tiles.
 #[derive(CubeType, Clone, Copy)]
@@ -22,7 +22,7 @@ pub(super) fn fetch_stats(
     batch: u32,
     head: u32,
     q_start: u32,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) -> QueryStats {
     let mut stats = QueryStats {
         lse: 0.0f32,
@@ -42,7 +42,7 @@ pub(super) fn store_stats(
     delta_tile: &mut SharedMemory<f32>,
     tile_row: u32,
     stats: &QueryStats,
-    #[comptime] config: BackwardConfig,
+    #[comptime] config: MmaGradientConfig,
 ) {
     if UNIT_POS < config.block_q {
         lse_tile[(tile_row + UNIT_POS) as usize] = stats.lse;

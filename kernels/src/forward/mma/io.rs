@@ -1,7 +1,7 @@
 //! The mma forward's output: the normalized O rows and the log-sum-exp, written at the end.
 use cubecl::prelude::*;
 
-use crate::config::FlashConfig;
+use crate::config::MmaConfig;
 use crate::primitives::mma::{Lane, Pair, store_accumulator_row};
 use crate::primitives::online_softmax::OnlineSoftmax;
 
@@ -22,7 +22,7 @@ pub(super) fn write_row<F: Float>(
     #[comptime] first_tile: u32,
     #[comptime] half: u32,
     seq_q: u32,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
 ) {
     if row < seq_q {
         let base = batch as usize * o.stride(0) + head as usize * o.stride(1);

@@ -26,7 +26,7 @@
 //! contiguous 16-byte chunks. Control flow is uniform across the cube.
 use cubecl::prelude::*;
 
-use crate::config::{FlashConfig, MATRIX_TILE};
+use crate::config::{MmaConfig, MATRIX_TILE};
 use crate::primitives::block_range::{
     KvBlockRange, kv_block_range, query_block_heaviest_first, rows_kv_end,
 };
@@ -51,7 +51,7 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     args: ForwardArgs<R>,
     params: ScoreParamsLaunch<R>,
-    config: FlashConfig,
+    config: MmaConfig,
     cube_count: CubeCount,
     chunk: usize,
 ) {
@@ -95,7 +95,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
 ) {
     let units = comptime!(config.units());
     let row_tiles = comptime!(config.mma_row_tiles());
@@ -103,7 +103,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let q_block = query_block_heaviest_first(config.score.causal);
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
-    let q_start = q_block * config.block_q;
+    let q_start = q_block * config.block_q();
     let plane_row = UNIT_POS_Y * comptime!(row_tiles * MATRIX_TILE);
     let lane = lane();
     let k_view = chunk_view(k, batch, head);
@@ -111,7 +111,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let tensors = score_tensors(mask, bias, batch, head, config.score);
 
     let mut tiles = Tiles::<F, N> {
-        q: chunk_tile::<F, N>(config.block_q, config.mma_head_stride()),
+        q: chunk_tile::<F, N>(config.block_q(), config.mma_head_stride()),
         k: chunk_tile::<F, N>(
             comptime!(config.kv_buffers * config.block_kv),
             config.mma_head_stride(),
@@ -131,7 +131,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         &chunk_view(q, batch, head),
         &mut tiles.q,
         q_start,
-        config.block_q,
+        config.block_q(),
         config.head_dim,
         config.mma_head_stride(),
         units,
@@ -145,7 +145,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let range = kv_block_range(
         q_block,
         &params,
-        config.block_q,
+        config.block_q(),
         config.block_kv,
         config.score,
     );
@@ -279,7 +279,7 @@ fn attend_kv_block<F: Float, M: Int, S: PairStream, N: Size>(
     tiles: &mut Tiles<F, N>,
     stream: &mut S::State<F, N>,
     rows: &mut Rows,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);

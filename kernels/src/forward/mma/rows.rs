@@ -3,7 +3,7 @@
 //! softmax step of one row tile on the S accumulators.
 use cubecl::prelude::*;
 
-use crate::config::{FlashConfig, MATRIX_TILE};
+use crate::config::{MmaConfig, MATRIX_TILE};
 use crate::primitives::mma::{
     A_REGS, ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a, quad_max, zero_accumulators,
 };
@@ -61,7 +61,7 @@ impl Rows {
 pub(super) fn query_fragments<F: Float, N: Size>(
     q_tile: &SharedMemory<Vector<F, N>>,
     plane_row: u32,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
 ) -> Array<Pair<F>> {
     let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
     let row_tiles = comptime!(config.mma_row_tiles());
@@ -97,7 +97,7 @@ pub(super) fn query_step<F: Float, N: Size>(
     q_tile: &SharedMemory<Vector<F, N>>,
     plane_row: u32,
     #[comptime] kk: u32,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
 ) -> Array<Pair<F>> {
     let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
     let row_tiles = comptime!(config.mma_row_tiles());
@@ -138,7 +138,7 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     top_row: u32,
     lane: Lane,
     #[comptime] t: u32,
-    #[comptime] config: FlashConfig,
+    #[comptime] config: MmaConfig,
     #[comptime] masked_pass: bool,
 ) {
     let kv_tiles = comptime!(config.block_kv / TILE_N);
