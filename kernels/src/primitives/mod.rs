@@ -6,12 +6,15 @@
 //! - [`mma`]: register-level 16x8x16 mma fragments, `ldmatrix` loads.
 //! - [`chunk_io`]: 16-byte-chunk rows between global memory, registers and padded tiles.
 //! - [`online_softmax`]: running max / sum with the `alpha` rescale.
+//! - [`block_stream`]: the one streaming loop of the mma kernels (prologue, steady state,
+//!   masked and unmasked passes).
 //! - [`pair_stream`]: the next key/value block into shared memory while one computes.
 //! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
 //! - [`tile_io`]: strided global tiles to shared memory.
 pub mod block_range;
+pub mod block_stream;
 pub mod chunk_io;
 pub mod dot;
 pub mod mma;

@@ -1,9 +1,12 @@
 //! The mma dK/dV kernel (see the parent module).
 use cubecl::prelude::*;
 
+use core::marker::PhantomData;
+
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
-use crate::primitives::chunk_io::{buffer_row, chunk_view, copy_rows};
+use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
+use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -96,12 +99,12 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let d_out_view = chunk_view(d_out, batch, head);
     let mut tiles = pair_tiles::<F, N>(config);
     let stats_len = comptime!((config.buffers * config.block_q) as usize);
-    let mut lse_tile = SharedMemory::<f32>::new(stats_len);
-    let mut delta_tile = SharedMemory::<f32>::new(stats_len);
+    let lse_tile = SharedMemory::<f32>::new(stats_len);
+    let delta_tile = SharedMemory::<f32>::new(stats_len);
     let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
     let val_tiles = comptime!(config.val_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
-    let mut dk_acc = zero_accumulators(head_tiles);
-    let mut dv_acc = zero_accumulators(val_tiles);
+    let dk_acc = zero_accumulators(head_tiles);
+    let dv_acc = zero_accumulators(val_tiles);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
     copy_rows::<F, N>(
@@ -125,124 +128,47 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         units,
     );
 
-    // Step 2: the query blocks that see this block (causal: none above the diagonal).
+    // Step 2: the query blocks that see this block (causal: none above the diagonal), each
+    // with its lse and delta (through registers, into the stats tiles beside Q and dO).
     let first_row = first_query_row(kv_start, &params, config.score);
-    let q_blocks = params.seq_q.div_ceil(config.block_q);
-    let first_block = first_row / config.block_q;
-    let key_row = kv_start + plane_row + lane.group;
-    // One buffer: each query block (Q, dO, lse, delta) is loaded between two waits. Two
-    // buffers: the next one is started (see `pair_stream`) while this one computes, into the
-    // other buffer; its lse and delta go through registers.
-    let inner = comptime!(config.mma_inner_pair());
-    let double = comptime!(config.buffers > 1);
-    let mut stream = S::init::<F, N>(inner);
-    if comptime!(double) {
-        let started = first_block < q_blocks;
-        let tile_row = buffer_row(first_block, config.buffers, inner.rows);
-        if started {
-            let q_start = first_block * config.block_q;
-            S::start::<F, N>(
-                &mut stream,
-                q,
-                &q_view,
-                d_out,
-                &d_out_view,
-                &mut tiles.q,
-                &mut tiles.d_out,
-                q_start,
-                tile_row,
-                inner,
-            );
-            let stats = fetch_stats(lse, delta, batch, head, q_start, config);
-            store_stats(&mut lse_tile, &mut delta_tile, tile_row, &stats, config);
-        }
-        S::finish::<F, N>(
-            &mut stream,
-            &mut tiles.q,
-            &mut tiles.d_out,
-            tile_row,
-            started,
-            inner,
-        );
-    }
-    for q_block in first_block..q_blocks {
-        let q_start = q_block * config.block_q;
-        let next = q_block + 1;
-        let has_next = next < q_blocks;
-        let next_row = buffer_row(next, config.buffers, inner.rows);
-        // With one buffer the block itself, after the previous block's last wait.
-        let (load, load_row, loads) = if comptime!(double) {
-            (next, next_row, has_next)
-        } else {
-            (q_block, 0u32, true)
-        };
-        let mut stats = QueryStats {
+    let inputs = QueryInputs::<F, M, N> {
+        q: *q,
+        d_out: *d_out,
+        lse: *lse,
+        delta: *delta,
+        mask: *mask,
+        bias: *bias,
+        q_view,
+        d_out_view,
+        params,
+        tensors,
+        batch,
+        head,
+        kv_start,
+        key_row: kv_start + plane_row + lane.group,
+        plane_row,
+        lane,
+    };
+    let mut state = QueryState::<F, S, N> {
+        tiles,
+        lse_tile,
+        delta_tile,
+        stream: S::init::<F, N>(comptime!(config.mma_inner_pair())),
+        stats: QueryStats {
             lse: 0.0f32,
             delta: 0.0f32,
-        };
-        if loads {
-            let load_start = load * config.block_q;
-            S::start::<F, N>(
-                &mut stream,
-                q,
-                &q_view,
-                d_out,
-                &d_out_view,
-                &mut tiles.q,
-                &mut tiles.d_out,
-                load_start,
-                load_row,
-                inner,
-            );
-            let fetched = fetch_stats(lse, delta, batch, head, load_start, config);
-            stats.lse = fetched.lse;
-            stats.delta = fetched.delta;
-        }
-        if comptime!(!double) {
-            store_stats(&mut lse_tile, &mut delta_tile, 0u32, &stats, config);
-            S::finish::<F, N>(
-                &mut stream,
-                &mut tiles.q,
-                &mut tiles.d_out,
-                0u32,
-                true,
-                inner,
-            );
-        }
-        query_block::<F, M, N>(
-            mask,
-            bias,
-            &params,
-            &tensors,
-            &tiles,
-            &lse_tile,
-            &delta_tile,
-            q_start,
-            kv_start,
-            buffer_row(q_block, config.buffers, inner.rows),
-            key_row,
-            plane_row,
-            lane,
-            &mut dk_acc,
-            &mut dv_acc,
-            config,
-        );
-        if comptime!(double) {
-            if has_next {
-                store_stats(&mut lse_tile, &mut delta_tile, next_row, &stats, config);
-            }
-            S::finish::<F, N>(
-                &mut stream,
-                &mut tiles.q,
-                &mut tiles.d_out,
-                next_row,
-                has_next,
-                inner,
-            );
-        } else {
-            sync_cube();
-        }
-    }
+        },
+        dk_acc,
+        dv_acc,
+    };
+    let q_blocks = params.seq_q.div_ceil(config.block_q);
+    let span = BlockSpan {
+        start: first_row / config.block_q,
+        first_masked: q_blocks,
+        end: q_blocks,
+    };
+    stream_blocks::<QueryBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    let (dk_acc, dv_acc) = (state.dk_acc, state.dv_acc);
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
     let row = kv_start + plane_row + lane.group;
@@ -270,49 +196,144 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     );
 }
 
-/// One query block (starting at `q_start`, held from row `tile_row` of the inner tiles) of the
-/// dK/dV kernel: the masked pass where the block pair needs it. A uniform branch: every unit
-/// of the cube takes the same pass.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn query_block<F: Float, M: Int, N: Size>(
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    tiles: &PairTiles<F, N>,
-    lse_tile: &SharedMemory<f32>,
-    delta_tile: &SharedMemory<f32>,
-    q_start: u32,
+/// What the dK/dV kernel only reads while it streams: the query-side tensors, mask and bias,
+/// and this lane's place (`key_row`: its first key row inside the (batch, head)).
+#[derive(CubeType)]
+struct QueryInputs<F: Float, M: Int, N: Size> {
+    q: Tensor<Vector<F, N>>,
+    d_out: Tensor<Vector<F, N>>,
+    lse: Tensor<f32>,
+    delta: Tensor<f32>,
+    mask: Tensor<M>,
+    bias: Tensor<F>,
+    q_view: ChunkView,
+    d_out_view: ChunkView,
+    params: ScoreParams,
+    tensors: ScoreTensors,
+    batch: u32,
+    head: u32,
     kv_start: u32,
-    tile_row: u32,
     key_row: u32,
     plane_row: u32,
     lane: Lane,
-    dk_acc: &mut Array<Pair<f32>>,
-    dv_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: MmaGradientConfig,
-) {
-    let (block_q, block_kv) = (config.block_q, config.block_kv);
-    if pair_needs_masked_pass(q_start, kv_start, params, block_q, block_kv, config.score) {
+}
+
+/// What the query blocks change: the tiles (with the stats tiles), the stream, the next
+/// block's stats on their way, dK and dV.
+#[derive(CubeType)]
+struct QueryState<F: Float, S: PairStream, N: Size> {
+    tiles: PairTiles<F, N>,
+    lse_tile: SharedMemory<f32>,
+    delta_tile: SharedMemory<f32>,
+    stream: S::State<F, N>,
+    stats: QueryStats,
+    dk_acc: Array<Pair<f32>>,
+    dv_acc: Array<Pair<f32>>,
+}
+
+/// The dK/dV kernel's part of [`stream_blocks`]: the masked pass where the block pair needs
+/// it ([`pair_needs_masked_pass`]).
+struct QueryBlocks<F: Float, M: Int, S: PairStream, N: Size> {
+    _types: PhantomData<(F, M, S, N)>,
+}
+
+#[cube]
+impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S, N> {
+    type Inputs = QueryInputs<F, M, N>;
+    type State = QueryState<F, S, N>;
+    type Config = MmaGradientConfig;
+
+    fn start(
+        inputs: &QueryInputs<F, M, N>,
+        state: &mut QueryState<F, S, N>,
+        block: u32,
+        tile_row: u32,
+        #[comptime] config: MmaGradientConfig,
+    ) {
+        let q_start = block * config.block_q;
+        S::start::<F, N>(
+            &mut state.stream,
+            &inputs.q,
+            &inputs.q_view,
+            &inputs.d_out,
+            &inputs.d_out_view,
+            &mut state.tiles.q,
+            &mut state.tiles.d_out,
+            q_start,
+            tile_row,
+            comptime!(config.mma_inner_pair()),
+        );
+        let fetched = fetch_stats(&inputs.lse, &inputs.delta, inputs.batch, inputs.head, q_start, config);
+        state.stats.lse = fetched.lse;
+        state.stats.delta = fetched.delta;
+    }
+
+    fn finish(
+        _inputs: &QueryInputs<F, M, N>,
+        state: &mut QueryState<F, S, N>,
+        tile_row: u32,
+        started: bool,
+        #[comptime] config: MmaGradientConfig,
+    ) {
+        if started {
+            store_stats(&mut state.lse_tile, &mut state.delta_tile, tile_row, &state.stats, config);
+        }
+        S::finish::<F, N>(
+            &mut state.stream,
+            &mut state.tiles.q,
+            &mut state.tiles.d_out,
+            tile_row,
+            started,
+            comptime!(config.mma_inner_pair()),
+        );
+    }
+
+    fn needs_masked(
+        inputs: &QueryInputs<F, M, N>,
+        _span: &BlockSpan,
+        block: u32,
+        #[comptime] config: MmaGradientConfig,
+    ) -> bool {
+        let (block_q, block_kv) = (config.block_q, config.block_kv);
+        pair_needs_masked_pass(block * block_q, inputs.kv_start, &inputs.params, block_q, block_kv, config.score)
+    }
+
+    fn compute(
+        inputs: &QueryInputs<F, M, N>,
+        state: &mut QueryState<F, S, N>,
+        q_block: u32,
+        tile_row: u32,
+        #[comptime] config: MmaGradientConfig,
+        #[comptime] masked_pass: bool,
+    ) {
+        let q_start = q_block * config.block_q;
         // Causal: a query block that sees none of this plane's 16 keys changes nothing for
         // them (P = dS = 0); the plane skips it (a plane-uniform branch).
         let mut needed = true;
-        if comptime!(config.score.causal) {
-            let q_last = min(q_start + block_q, params.seq_q) - 1;
-            needed = kv_start + plane_row < causal_end(q_last, params);
+        if comptime!(masked_pass && config.score.causal) {
+            let q_last = min(q_start + config.block_q, inputs.params.seq_q) - 1;
+            needed = inputs.kv_start + inputs.plane_row < causal_end(q_last, &inputs.params);
         }
         if needed {
             accumulate_dkdv::<F, M, N>(
-                mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row,
-                key_row, plane_row, lane, dk_acc, dv_acc, config, true,
+                &inputs.mask,
+                &inputs.bias,
+                &inputs.params,
+                &inputs.tensors,
+                &state.tiles,
+                &state.lse_tile,
+                &state.delta_tile,
+                q_start,
+                tile_row,
+                inputs.key_row,
+                inputs.plane_row,
+                inputs.lane,
+                &mut state.dk_acc,
+                &mut state.dv_acc,
+                config,
+                masked_pass,
             );
         }
-    } else {
-        accumulate_dkdv::<F, M, N>(
-            mask, bias, params, tensors, tiles, lse_tile, delta_tile, q_start, tile_row, key_row,
-            plane_row, lane, dk_acc, dv_acc, config, false,
-        );
     }
 }
 

@@ -1,11 +1,12 @@
 //! The mma dQ kernel (see the parent module).
 use cubecl::prelude::*;
 
+use core::marker::PhantomData;
+
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::primitives::block_range::{
-    KvBlockRange, kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
-};
-use crate::primitives::chunk_io::{buffer_row, chunk_view, copy_rows};
+use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end};
+use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
+use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -93,7 +94,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let v_view = chunk_view(v, batch, head);
     let mut tiles = pair_tiles::<F, N>(config);
     let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
-    let mut dq_acc = zero_accumulators(head_tiles);
+    let dq_acc = zero_accumulators(head_tiles);
 
     // Step 1: Q and dO of this block, once, and this lane's two rows' lse and delta.
     copy_rows::<F, N>(
@@ -134,93 +135,33 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         config.block_kv,
         config.score,
     );
-    // One buffer: each block is loaded between two waits. Two buffers: the next block is
-    // started (see `pair_stream`) while this one computes, into the other buffer.
-    let inner = comptime!(config.mma_inner_pair());
-    let double = comptime!(config.buffers > 1);
-    let mut stream = S::init::<F, N>(inner);
-    if comptime!(double) {
-        let started = range.end > 0;
-        if started {
-            S::start::<F, N>(
-                &mut stream,
-                k,
-                &k_view,
-                v,
-                &v_view,
-                &mut tiles.k,
-                &mut tiles.v,
-                0u32,
-                0u32,
-                inner,
-            );
-        }
-        S::finish::<F, N>(
-            &mut stream,
-            &mut tiles.k,
-            &mut tiles.v,
-            0u32,
-            started,
-            inner,
-        );
-    }
-    for kv_block in 0..range.end {
-        let next = kv_block + 1;
-        let has_next = next < range.end;
-        let next_row = buffer_row(next, config.buffers, inner.rows);
-        // With one buffer the block itself, after the previous block's last wait.
-        let (load, load_row, loads) = if comptime!(double) {
-            (next, next_row, has_next)
-        } else {
-            (kv_block, 0u32, true)
-        };
-        if loads {
-            S::start::<F, N>(
-                &mut stream,
-                k,
-                &k_view,
-                v,
-                &v_view,
-                &mut tiles.k,
-                &mut tiles.v,
-                load * config.block_kv,
-                load_row,
-                inner,
-            );
-        }
-        if comptime!(!double) {
-            S::finish::<F, N>(&mut stream, &mut tiles.k, &mut tiles.v, 0u32, true, inner);
-        }
-        key_block::<F, M, N>(
-            mask,
-            bias,
-            &params,
-            &tensors,
-            &tiles,
-            &stats,
-            &range,
-            kv_block,
-            plane_kv_end,
-            buffer_row(kv_block, config.buffers, inner.rows),
-            row,
-            plane_row,
-            lane,
-            &mut dq_acc,
-            config,
-        );
-        if comptime!(double) {
-            S::finish::<F, N>(
-                &mut stream,
-                &mut tiles.k,
-                &mut tiles.v,
-                next_row,
-                has_next,
-                inner,
-            );
-        } else {
-            sync_cube();
-        }
-    }
+    let inputs = KeyInputs::<F, M, N> {
+        k: *k,
+        v: *v,
+        mask: *mask,
+        bias: *bias,
+        k_view,
+        v_view,
+        params,
+        tensors,
+        stats,
+        plane_kv_end,
+        query_row: row,
+        plane_row,
+        lane,
+    };
+    let mut state = KeyState::<F, S, N> {
+        tiles,
+        stream: S::init::<F, N>(comptime!(config.mma_inner_pair())),
+        dq_acc,
+    };
+    let span = BlockSpan {
+        start: 0u32,
+        first_masked: range.first_masked,
+        end: range.end,
+    };
+    stream_blocks::<KeyBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    let dq_acc = state.dq_acc;
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
     // (causal with seq_q > seq_kv) write zeros.
@@ -246,40 +187,125 @@ struct RowStats {
     bottom_delta: f32,
 }
 
-/// Key/value block `kv_block` (held from row `tile_row` of the K and V tiles) of the dQ
-/// kernel: the masked pass from `range.first_masked` on (uniform across the cube).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn key_block<F: Float, M: Int, N: Size>(
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    tiles: &PairTiles<F, N>,
-    stats: &RowStats,
-    range: &KvBlockRange,
-    kv_block: u32,
+/// What the dQ kernel only reads while it streams: the key/value tensors, mask and bias, this
+/// lane's rows' statistics and place (`query_row`: its top row inside the (batch, head);
+/// `plane_kv_end`: where the keys its plane's rows see end).
+#[derive(CubeType)]
+struct KeyInputs<F: Float, M: Int, N: Size> {
+    k: Tensor<Vector<F, N>>,
+    v: Tensor<Vector<F, N>>,
+    mask: Tensor<M>,
+    bias: Tensor<F>,
+    k_view: ChunkView,
+    v_view: ChunkView,
+    params: ScoreParams,
+    tensors: ScoreTensors,
+    stats: RowStats,
     plane_kv_end: u32,
-    tile_row: u32,
     query_row: u32,
     plane_row: u32,
     lane: Lane,
-    dq_acc: &mut Array<Pair<f32>>,
-    #[comptime] config: MmaGradientConfig,
-) {
-    let kv_start = kv_block * config.block_kv;
-    if kv_block < range.first_masked {
-        accumulate_dq::<F, M, N>(
-            mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
-            lane, dq_acc, config, false,
+}
+
+/// What the key/value blocks change: the tiles, the stream, dQ.
+#[derive(CubeType)]
+struct KeyState<F: Float, S: PairStream, N: Size> {
+    tiles: PairTiles<F, N>,
+    stream: S::State<F, N>,
+    dq_acc: Array<Pair<f32>>,
+}
+
+/// The dQ kernel's part of [`stream_blocks`]: the masked pass from `span.first_masked` on.
+struct KeyBlocks<F: Float, M: Int, S: PairStream, N: Size> {
+    _types: PhantomData<(F, M, S, N)>,
+}
+
+#[cube]
+impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KeyBlocks<F, M, S, N> {
+    type Inputs = KeyInputs<F, M, N>;
+    type State = KeyState<F, S, N>;
+    type Config = MmaGradientConfig;
+
+    fn start(
+        inputs: &KeyInputs<F, M, N>,
+        state: &mut KeyState<F, S, N>,
+        block: u32,
+        tile_row: u32,
+        #[comptime] config: MmaGradientConfig,
+    ) {
+        S::start::<F, N>(
+            &mut state.stream,
+            &inputs.k,
+            &inputs.k_view,
+            &inputs.v,
+            &inputs.v_view,
+            &mut state.tiles.k,
+            &mut state.tiles.v,
+            block * config.block_kv,
+            tile_row,
+            comptime!(config.mma_inner_pair()),
         );
-    } else if kv_start < plane_kv_end {
+    }
+
+    fn finish(
+        _inputs: &KeyInputs<F, M, N>,
+        state: &mut KeyState<F, S, N>,
+        tile_row: u32,
+        started: bool,
+        #[comptime] config: MmaGradientConfig,
+    ) {
+        S::finish::<F, N>(
+            &mut state.stream,
+            &mut state.tiles.k,
+            &mut state.tiles.v,
+            tile_row,
+            started,
+            comptime!(config.mma_inner_pair()),
+        );
+    }
+
+    fn needs_masked(
+        _inputs: &KeyInputs<F, M, N>,
+        span: &BlockSpan,
+        block: u32,
+        #[comptime] _config: MmaGradientConfig,
+    ) -> bool {
+        block >= span.first_masked
+    }
+
+    fn compute(
+        inputs: &KeyInputs<F, M, N>,
+        state: &mut KeyState<F, S, N>,
+        kv_block: u32,
+        tile_row: u32,
+        #[comptime] config: MmaGradientConfig,
+        #[comptime] masked_pass: bool,
+    ) {
+        let kv_start = kv_block * config.block_kv;
         // (Causal: a block that this plane's 16 rows see none of changes nothing, dS = 0:
         // the plane skips it, a plane-uniform branch.)
-        accumulate_dq::<F, M, N>(
-            mask, bias, params, tensors, tiles, stats, kv_start, tile_row, query_row, plane_row,
-            lane, dq_acc, config, true,
-        );
+        let mut needed = true;
+        if comptime!(masked_pass) {
+            needed = kv_start < inputs.plane_kv_end;
+        }
+        if needed {
+            accumulate_dq::<F, M, N>(
+                &inputs.mask,
+                &inputs.bias,
+                &inputs.params,
+                &inputs.tensors,
+                &state.tiles,
+                &inputs.stats,
+                kv_start,
+                tile_row,
+                inputs.query_row,
+                inputs.plane_row,
+                inputs.lane,
+                &mut state.dq_acc,
+                config,
+                masked_pass,
+            );
+        }
     }
 }
 

@@ -28,7 +28,8 @@ use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative, visible,
 };
 
-use super::config::{MmaGradientConfig, BackwardKernel};
+use super::config::{BackwardKernel, MmaGradientConfig};
+use crate::primitives::block_stream::{Masking, StreamSchedule, Streams};
 
 mod dkdv;
 mod dq;
@@ -147,5 +148,19 @@ pub(super) fn write_rows<F: Float>(
             1u32,
             dim,
         );
+    }
+}
+
+/// One stream of inner blocks: with two buffers the next one is prefetched into the other,
+/// with one each block is loaded and waited for before it computes; the masked pass is chosen
+/// per block pair.
+impl Streams for MmaGradientConfig {
+    fn schedule(&self) -> StreamSchedule {
+        StreamSchedule {
+            rows: self.inner_rows(),
+            buffers: self.buffers,
+            prefetch: self.buffers > 1,
+            masking: Masking::PerBlock,
+        }
     }
 }

@@ -26,11 +26,12 @@
 //! contiguous 16-byte chunks. Control flow is uniform across the cube.
 use cubecl::prelude::*;
 
-use crate::config::{MmaConfig, MATRIX_TILE};
-use crate::primitives::block_range::{
-    KvBlockRange, kv_block_range, query_block_heaviest_first, rows_kv_end,
-};
-use crate::primitives::chunk_io::{ChunkView, buffer_row, chunk_tile, chunk_view, copy_rows};
+use core::marker::PhantomData;
+
+use crate::config::{MATRIX_TILE, MmaConfig};
+use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first, rows_kv_end};
+use crate::primitives::block_stream::{BlockBody, BlockSpan, Masking, StreamSchedule, Streams, stream_blocks};
+use crate::primitives::chunk_io::{ChunkView, chunk_tile, chunk_view, copy_rows};
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
     load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
@@ -122,7 +123,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         ),
     };
     let kv_pair = comptime!(config.mma_kv_pair());
-    let mut stream = S::init::<F, N>(kv_pair);
+    let stream = S::init::<F, N>(kv_pair);
 
     // Step 1: the query block into shared memory, then (if they fit) this plane's A
     // fragments, once.
@@ -139,8 +140,6 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     sync_cube();
     let q_frags = query_fragments::<F, N>(&tiles.q, plane_row, config);
 
-    let mut rows = Rows::new(row_tiles, val_tiles);
-
     // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
     let range = kv_block_range(
         q_block,
@@ -149,80 +148,36 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         config.block_kv,
         config.score,
     );
-    let started = range.end > 0;
-    if started {
-        S::start::<F, N>(
-            &mut stream,
-            k,
-            &k_view,
-            v,
-            &v_view,
-            &mut tiles.k,
-            &mut tiles.v,
-            0u32,
-            0u32,
-            kv_pair,
-        );
-    }
-    S::finish::<F, N>(
-        &mut stream,
-        &mut tiles.k,
-        &mut tiles.v,
-        0u32,
-        started,
-        kv_pair,
-    );
-    let first_row = q_start + plane_row + lane.group;
     let plane_rows = comptime!(row_tiles * MATRIX_TILE);
     let plane_kv_end = rows_kv_end(q_start + plane_row, plane_rows, &params, config.score);
-    for kv_block in 0..range.first_masked {
-        attend_kv_block::<F, M, S, N>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            &range,
-            kv_block,
-            plane_kv_end,
-            first_row,
-            plane_row,
-            lane,
-            &q_frags,
-            &mut tiles,
-            &mut stream,
-            &mut rows,
-            config,
-            false,
-        );
-    }
-    for kv_block in range.first_masked..range.end {
-        attend_kv_block::<F, M, S, N>(
-            k,
-            v,
-            mask,
-            bias,
-            &k_view,
-            &v_view,
-            &params,
-            &tensors,
-            &range,
-            kv_block,
-            plane_kv_end,
-            first_row,
-            plane_row,
-            lane,
-            &q_frags,
-            &mut tiles,
-            &mut stream,
-            &mut rows,
-            config,
-            true,
-        );
-    }
+    let first_row = q_start + plane_row + lane.group;
+    let inputs = KvInputs::<F, M, N> {
+        k: *k,
+        v: *v,
+        mask: *mask,
+        bias: *bias,
+        k_view,
+        v_view,
+        params,
+        tensors,
+        plane_kv_end,
+        first_row,
+        plane_row,
+        lane,
+        q_frags,
+    };
+    let mut state = KvState::<F, S, N> {
+        tiles,
+        stream,
+        rows: Rows::new(row_tiles, val_tiles),
+    };
+    let span = BlockSpan {
+        start: 0u32,
+        first_masked: range.first_masked,
+        end: range.end,
+    };
+    stream_blocks::<KvBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    let rows = state.rows;
 
     // Step 3: the four lanes of a row group hold partial row sums; sum them, normalize once,
     // write O and the log-sum-exp.
@@ -255,131 +210,177 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     }
 }
 
-/// One iteration of the main loop (see the module doc). `first_row` is this lane's top row
-/// inside the (batch, head), `plane_kv_end` where the keys its plane's rows see end;
-/// `masked_pass` emits the tail / causal / mask checks.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn attend_kv_block<F: Float, M: Int, S: PairStream, N: Size>(
-    k: &Tensor<Vector<F, N>>,
-    v: &Tensor<Vector<F, N>>,
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    k_view: &ChunkView,
-    v_view: &ChunkView,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    range: &KvBlockRange,
-    kv_block: u32,
+/// What the kernel only reads while it streams: the key/value tensors, mask and bias, and this
+/// lane's place (`first_row`: its top row inside the (batch, head); `plane_kv_end`: where the
+/// keys its plane's rows see end).
+#[derive(CubeType)]
+struct KvInputs<F: Float, M: Int, N: Size> {
+    k: Tensor<Vector<F, N>>,
+    v: Tensor<Vector<F, N>>,
+    mask: Tensor<M>,
+    bias: Tensor<F>,
+    k_view: ChunkView,
+    v_view: ChunkView,
+    params: ScoreParams,
+    tensors: ScoreTensors,
     plane_kv_end: u32,
     first_row: u32,
     plane_row: u32,
     lane: Lane,
-    q_frags: &Array<Pair<F>>,
-    tiles: &mut Tiles<F, N>,
-    stream: &mut S::State<F, N>,
-    rows: &mut Rows,
-    #[comptime] config: MmaConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let kv_tiles = comptime!(config.block_kv / TILE_N);
-    let kv_pairs = comptime!(kv_tiles / 2);
-    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
-    let row_tiles = comptime!(config.mma_row_tiles());
-    let next = kv_block + 1;
-    let has_next = next < range.end;
-    let kv_row = buffer_row(kv_block, config.kv_buffers, config.block_kv);
+    q_frags: Array<Pair<F>>,
+}
 
-    // The next block's loads are issued now and land while this block computes (with two
-    // buffers, into the one every unit finished reading before the previous wait).
-    let kv_pair = comptime!(config.mma_kv_pair());
-    let next_row = buffer_row(next, config.kv_buffers, config.block_kv);
-    if has_next {
+/// What the key/value blocks change: the tiles, the stream, the softmax rows and O.
+#[derive(CubeType)]
+struct KvState<F: Float, S: PairStream, N: Size> {
+    tiles: Tiles<F, N>,
+    stream: S::State<F, N>,
+    rows: Rows,
+}
+
+/// The forward's part of [`stream_blocks`] (see the module doc).
+struct KvBlocks<F: Float, M: Int, S: PairStream, N: Size> {
+    _types: PhantomData<(F, M, S, N)>,
+}
+
+#[cube]
+impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N> {
+    type Inputs = KvInputs<F, M, N>;
+    type State = KvState<F, S, N>;
+    type Config = MmaConfig;
+
+    fn start(
+        inputs: &KvInputs<F, M, N>,
+        state: &mut KvState<F, S, N>,
+        block: u32,
+        tile_row: u32,
+        #[comptime] config: MmaConfig,
+    ) {
         S::start::<F, N>(
-            stream,
-            k,
-            k_view,
-            v,
-            v_view,
-            &mut tiles.k,
-            &mut tiles.v,
-            next * config.block_kv,
-            next_row,
-            kv_pair,
+            &mut state.stream,
+            &inputs.k,
+            &inputs.k_view,
+            &inputs.v,
+            &inputs.v_view,
+            &mut state.tiles.k,
+            &mut state.tiles.v,
+            block * config.block_kv,
+            tile_row,
+            comptime!(config.mma_kv_pair()),
         );
     }
 
-    // A straddling block fully masked for this plane's rows (causal) changes nothing: the
-    // plane skips it (a plane-uniform branch) and only takes part in the copies and syncs.
-    let mut needed = true;
-    if comptime!(masked_pass && config.score.causal) {
-        needed = kv_block * config.block_kv < plane_kv_end;
+    fn finish(
+        _inputs: &KvInputs<F, M, N>,
+        state: &mut KvState<F, S, N>,
+        tile_row: u32,
+        started: bool,
+        #[comptime] config: MmaConfig,
+    ) {
+        S::finish::<F, N>(
+            &mut state.stream,
+            &mut state.tiles.k,
+            &mut state.tiles.v,
+            tile_row,
+            started,
+            comptime!(config.mma_kv_pair()),
+        );
     }
-    if needed {
-        // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
-        // t kv_tiles); each K fragment feeds every row tile.
-        let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
-        #[unroll]
-        for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-            let a_step = query_step::<F, N>(q_frags, &tiles.q, plane_row, kk, config);
+
+    fn needs_masked(
+        _inputs: &KvInputs<F, M, N>,
+        span: &BlockSpan,
+        block: u32,
+        #[comptime] _config: MmaConfig,
+    ) -> bool {
+        // (Not asked: the forward's passes are split, `Masking::Split`.)
+        block >= span.first_masked
+    }
+
+    fn compute(
+        inputs: &KvInputs<F, M, N>,
+        state: &mut KvState<F, S, N>,
+        kv_block: u32,
+        kv_row: u32,
+        #[comptime] config: MmaConfig,
+        #[comptime] masked_pass: bool,
+    ) {
+        let kv_tiles = comptime!(config.block_kv / TILE_N);
+        let kv_pairs = comptime!(kv_tiles / 2);
+        let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
+        let row_tiles = comptime!(config.mma_row_tiles());
+
+        // A straddling block fully masked for this plane's rows (causal) changes nothing: the
+        // plane skips it (a plane-uniform branch) and only takes part in the copies and syncs.
+        let mut needed = true;
+        if comptime!(masked_pass && config.score.causal) {
+            needed = kv_block * config.block_kv < inputs.plane_kv_end;
+        }
+        if needed {
+            // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
+            // t kv_tiles); each K fragment feeds every row tile.
+            let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
             #[unroll]
-            for jj in 0..kv_pairs {
-                let b = load_b_by_rows::<F, N>(
-                    &tiles.k,
-                    kv_row + jj * TILE_M,
-                    config.mma_head_stride(),
-                    kk,
-                );
+            for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
+                let a_step = query_step::<F, N>(&inputs.q_frags, &state.tiles.q, inputs.plane_row, kk, config);
                 #[unroll]
-                for t in 0..row_tiles {
-                    let a = a_fragment::<F>(&a_step, t);
-                    mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
+                for jj in 0..kv_pairs {
+                    let b = load_b_by_rows::<F, N>(
+                        &state.tiles.k,
+                        kv_row + jj * TILE_M,
+                        config.mma_head_stride(),
+                        kk,
+                    );
+                    #[unroll]
+                    for t in 0..row_tiles {
+                        let a = a_fragment::<F>(&a_step, t);
+                        mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
+                    }
                 }
             }
-        }
 
-        #[unroll]
-        for t in 0..row_tiles {
-            softmax_row_tile::<F, M>(
-                &mut s,
-                rows,
-                mask,
-                bias,
-                params,
-                tensors,
-                kv_block * config.block_kv,
-                first_row + t * TILE_M,
-                lane,
-                t,
-                config,
-                masked_pass,
+            #[unroll]
+            for t in 0..row_tiles {
+                softmax_row_tile::<F, M>(
+                    &mut s,
+                    &mut state.rows,
+                    &inputs.mask,
+                    &inputs.bias,
+                    &inputs.params,
+                    &inputs.tensors,
+                    kv_block * config.block_kv,
+                    inputs.first_row + t * TILE_M,
+                    inputs.lane,
+                    t,
+                    config,
+                    masked_pass,
+                );
+            }
+
+            // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
+            accumulate_product::<F, N>(
+                &s,
+                &state.tiles.v,
+                kv_row,
+                config.mma_val_stride(),
+                kv_tiles,
+                comptime!(val_tiles / 2),
+                row_tiles,
+                &mut state.rows.acc,
             );
         }
-
-        // O += P V: P of score tiles 2kk, 2kk + 1 is the A fragment of k-step kk.
-        accumulate_product::<F, N>(
-            &s,
-            &tiles.v,
-            kv_row,
-            config.mma_val_stride(),
-            kv_tiles,
-            comptime!(val_tiles / 2),
-            row_tiles,
-            &mut rows.acc,
-        );
     }
+}
 
-    if comptime!(config.kv_buffers == 1) {
-        // Every plane is done reading this block's K and V before the next block overwrites
-        // them (one buffer: registers only, the planner never pairs it with async copies).
-        sync_cube();
+/// One stream of key/value blocks, always prefetched: with two buffers into the other one, with
+/// one through registers (stored after the block's last read).
+impl Streams for MmaConfig {
+    fn schedule(&self) -> StreamSchedule {
+        StreamSchedule {
+            rows: self.block_kv,
+            buffers: self.kv_buffers,
+            prefetch: true,
+            masking: Masking::Split,
+        }
     }
-    S::finish::<F, N>(
-        stream,
-        &mut tiles.k,
-        &mut tiles.v,
-        next_row,
-        has_next,
-        kv_pair,
-    );
 }
