@@ -5,8 +5,7 @@
 //! `ldmatrix` instructions and no `#error`, and that it fits the shared memory the planner
 //! planned. Numerics: `cargo test --no-default-features --features cuda --test forward` on a
 //! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
-mod common;
-mod planning;
+mod support;
 
 use burn_flash_attn_kernels::backward::config::{
     BackwardConfig, BackwardKernel, BackwardPath,
@@ -18,10 +17,11 @@ use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::F
 use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
-use common::cuda_codegen::{cuda_source, dump, problem, settings};
+use support::cuda_codegen::{cuda_source, dump, settings};
+use support::{planning, problem};
 use cubecl::prelude::*;
 
-fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) -> (String, usize) {
+fn mma_source<F: Float, M: Int>(client: &support::Client, config: FlashConfig) -> (String, usize) {
     if config.async_kv {
         mma_source_with::<F, M, AsyncCopy>(client, config)
     } else {
@@ -30,11 +30,11 @@ fn mma_source<F: Float, M: Int>(client: &common::Client, config: FlashConfig) ->
 }
 
 fn mma_source_with<F: Float, M: Int, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     config: FlashConfig,
 ) -> (String, usize) {
     cuda_source(
-        FlashAttentionForwardMmaKernel::<F, M, S, common::TestRuntime>::new(
+        FlashAttentionForwardMmaKernel::<F, M, S, support::TestRuntime>::new(
             settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
             client.clone(),
             tensor(),
@@ -66,8 +66,8 @@ fn params() -> ScoreParamsCompilationArg {
 
 #[test]
 fn mma_path_expands_to_cuda_for_h200_configs() {
-    let client = common::client();
-    let props = common::h200(client.properties());
+    let client = support::client();
+    let props = support::h200(client.properties());
     let all_options = |p: AttentionProblem| AttentionProblem {
         softcap: Some(2.0),
         causal: true,
@@ -150,7 +150,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
-            shared <= common::H200_SHARED_MEMORY,
+            shared <= support::H200_SHARED_MEMORY,
             "{case:?}: {shared} bytes of shared memory"
         );
         assert_eq!(
@@ -164,8 +164,8 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
 /// The backward mma kernels (dK/dV and dQ) for the configs `plan::backward` picks on an H200.
 #[test]
 fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
-    let client = common::client();
-    let props = common::h200(client.properties());
+    let client = support::client();
+    let props = support::h200(client.properties());
     let cases = [
         problem(FloatKind::BF16, 64, 64, 1024, 1024),
         problem(FloatKind::F16, 128, 128, 113, 203),
@@ -260,7 +260,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
 
 /// The CUDA source of the dK/dV mma kernel for `config` (u32 mask).
 fn dkdv_source<F: Float>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
@@ -272,11 +272,11 @@ fn dkdv_source<F: Float>(
 }
 
 fn dkdv_source_with<F: Float, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
-    cuda_source(DkdvMmaKernel::<F, u32, S, common::TestRuntime>::new(
+    cuda_source(DkdvMmaKernel::<F, u32, S, support::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),
@@ -297,7 +297,7 @@ fn dkdv_source_with<F: Float, S: PairStream>(
 
 /// The CUDA source of the dQ mma kernel for `config` (u32 mask).
 fn dq_source<F: Float>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
@@ -309,11 +309,11 @@ fn dq_source<F: Float>(
 }
 
 fn dq_source_with<F: Float, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: BackwardConfig,
 ) -> (String, usize) {
-    cuda_source(DqMmaKernel::<F, u32, S, common::TestRuntime>::new(
+    cuda_source(DqMmaKernel::<F, u32, S, support::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),
