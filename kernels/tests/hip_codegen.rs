@@ -13,7 +13,7 @@
 //! to `$FLASH_HIP_SRC_DIR` (default `<target dir>/hip-src`), one `.hip` file per variant and a
 //! `manifest.<build>.tsv` describing them.
 mod hip_offline;
-mod planning;
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -97,16 +97,11 @@ fn problem(
     AttentionProblem {
         batch: 2,
         num_heads: 8,
-        seq_q,
-        seq_kv,
-        head_dim,
-        val_dim,
-        dtype,
-        scale: AttentionProblem::default_scale(head_dim),
         softcap: o.softcap.then_some(30.0),
         causal: o.causal,
         mask: o.mask,
         has_bias: o.bias,
+        ..support::problem(dtype, head_dim, val_dim, seq_q, seq_kv)
     }
 }
 

@@ -6,11 +6,11 @@
 //!
 //! `cargo test -p burn-flash-attn-kernels --no-default-features --features hip --test hip_runtime`
 //! (`hip-rocwmma` instead of `hip` for the f16 matrix path on MI300X).
-mod backward_support;
-mod planning;
+mod support;
 
-use backward_support::forward::run_forward_cases;
-use backward_support::*;
+use support::forward::run_forward_cases;
+use support::planning;
+use support::*;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
 
 /// Why the HIP runtime cannot be used here, if it cannot.

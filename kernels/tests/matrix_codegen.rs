@@ -5,19 +5,19 @@
 //! that the source has the wmma calls and fits the shared memory. It does not prove numerics:
 //! `cargo test --no-default-features --features cuda --test forward` on a GPU does.
 //! `FLASH_DUMP_DIR=dir` writes the sources there (e.g. to compile them with nvcc).
-mod common;
-mod planning;
+mod support;
 
 use burn_flash_attn_kernels::config::{ForwardConfig, ForwardPath, MatrixConfig};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
-use common::cuda_codegen::{cuda_source, dump, problem, settings};
+use support::cuda_codegen::{cuda_source, dump, settings};
+use support::{planning, problem};
 
-fn matrix_source<F: Float, M: Int>(client: &common::Client, config: MatrixConfig) -> (String, usize) {
+fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
-    cuda_source(FlashAttentionForwardMatrixKernel::<F, M, common::TestRuntime>::new(
+    cuda_source(FlashAttentionForwardMatrixKernel::<F, M, support::TestRuntime>::new(
         settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
         client.clone(),
         tensor(),
@@ -39,8 +39,8 @@ fn matrix_source<F: Float, M: Int>(client: &common::Client, config: MatrixConfig
 
 #[test]
 fn matrix_path_expands_to_cuda_for_h200_configs() {
-    let client = common::client();
-    let props = common::h200(client.properties());
+    let client = support::client();
+    let props = support::h200(client.properties());
     let all_options = |p: AttentionProblem| AttentionProblem {
         softcap: Some(2.0),
         causal: true,
@@ -88,7 +88,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
-            shared <= common::H200_SHARED_MEMORY,
+            shared <= support::H200_SHARED_MEMORY,
             "{case:?}: {shared} bytes of shared memory"
         );
         assert_eq!(

@@ -5,8 +5,7 @@
 //! `ldmatrix` instructions and no `#error`, and that it fits the shared memory the planner
 //! planned. Numerics: `cargo test --no-default-features --features cuda --test forward` on a
 //! GPU. `FLASH_DUMP_DIR=dir` writes the sources there.
-mod common;
-mod planning;
+mod support;
 
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, MmaGradientConfig};
 use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
@@ -16,10 +15,11 @@ use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::F
 use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
-use common::cuda_codegen::{cuda_source, dump, problem, settings};
+use support::cuda_codegen::{cuda_source, dump, settings};
+use support::{planning, problem};
 use cubecl::prelude::*;
 
-fn mma_source<F: Float, M: Int>(client: &common::Client, config: MmaConfig) -> (String, usize) {
+fn mma_source<F: Float, M: Int>(client: &support::Client, config: MmaConfig) -> (String, usize) {
     if config.async_kv {
         mma_source_with::<F, M, AsyncCopy>(client, config)
     } else {
@@ -28,11 +28,11 @@ fn mma_source<F: Float, M: Int>(client: &common::Client, config: MmaConfig) -> (
 }
 
 fn mma_source_with<F: Float, M: Int, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     config: MmaConfig,
 ) -> (String, usize) {
     cuda_source(
-        FlashAttentionForwardMmaKernel::<F, M, S, common::TestRuntime>::new(
+        FlashAttentionForwardMmaKernel::<F, M, S, support::TestRuntime>::new(
             settings(CubeDim::new_2d(32, config.num_planes())),
             client.clone(),
             tensor(),
@@ -64,8 +64,8 @@ fn params() -> ScoreParamsCompilationArg {
 
 #[test]
 fn mma_path_expands_to_cuda_for_h200_configs() {
-    let client = common::client();
-    let props = common::h200(client.properties());
+    let client = support::client();
+    let props = support::h200(client.properties());
     let all_options = |p: AttentionProblem| AttentionProblem {
         softcap: Some(2.0),
         causal: true,
@@ -152,7 +152,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         );
         assert!(!source.contains("#error"), "{case:?}: #error in the source");
         assert!(
-            shared <= common::H200_SHARED_MEMORY,
+            shared <= support::H200_SHARED_MEMORY,
             "{case:?}: {shared} bytes of shared memory"
         );
         assert_eq!(
@@ -166,8 +166,8 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
 /// The backward mma kernels (dK/dV and dQ) for the configs `plan::backward` picks on an H200.
 #[test]
 fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
-    let client = common::client();
-    let props = common::h200(client.properties());
+    let client = support::client();
+    let props = support::h200(client.properties());
     let cases = [
         problem(FloatKind::BF16, 64, 64, 1024, 1024),
         problem(FloatKind::F16, 128, 128, 113, 203),
@@ -259,7 +259,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
 
 /// The CUDA source of the dK/dV mma kernel for `config` (u32 mask).
 fn dkdv_source<F: Float>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
@@ -271,11 +271,11 @@ fn dkdv_source<F: Float>(
 }
 
 fn dkdv_source_with<F: Float, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
-    cuda_source(DkdvMmaKernel::<F, u32, S, common::TestRuntime>::new(
+    cuda_source(DkdvMmaKernel::<F, u32, S, support::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),
@@ -296,7 +296,7 @@ fn dkdv_source_with<F: Float, S: PairStream>(
 
 /// The CUDA source of the dQ mma kernel for `config` (u32 mask).
 fn dq_source<F: Float>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
@@ -308,11 +308,11 @@ fn dq_source<F: Float>(
 }
 
 fn dq_source_with<F: Float, S: PairStream>(
-    client: &common::Client,
+    client: &support::Client,
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
-    cuda_source(DqMmaKernel::<F, u32, S, common::TestRuntime>::new(
+    cuda_source(DqMmaKernel::<F, u32, S, support::TestRuntime>::new(
         settings,
         client.clone(),
         tensor(),

@@ -8,8 +8,7 @@
 //! rocWMMA f16 cmma, through the HIP runtime's view), lavapipe (the client itself: 32 KiB, plane
 //! size 8, no cmma) and a consumer card with 99 KiB of shared memory (else an H200).
 //! On failure proptest prints the smallest failing problem and device it found.
-mod common;
-mod planning;
+mod support;
 
 use burn_flash_attn_kernels::backward::{BackwardPath, GradientConfig};
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Passes, Plan, Tuning, plan};
@@ -18,7 +17,7 @@ use cubecl::ir::DeviceProperties;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use common::{h200, mi300x};
+use support::{h200, mi300x};
 
 /// Random problems tried per device and pass (each planning is microseconds: the whole test
 /// stays well under a second of CI time per device).
@@ -32,7 +31,7 @@ struct Device {
 }
 
 fn devices() -> Vec<Device> {
-    let client = common::client();
+    let client = support::client();
     let base = client.properties();
     let mut consumer = h200(base);
     consumer.hardware.max_shared_memory_size = 99 * 1024;
@@ -232,7 +231,7 @@ fn dims_beyond_256_and_empty_dims_are_typed_errors() {
 
 #[test]
 fn tunings_the_kernels_cannot_take_are_typed_errors() {
-    let client = common::client();
+    let client = support::client();
     let props = h200(client.properties());
     let caps = DeviceCaps::new(&props, "cuda");
     let p = AttentionProblem {

@@ -1,13 +1,12 @@
 //! Path and block choices for the devices we target, from their properties: lavapipe (the
 //! test client itself), and MI300X / H200 properties built on top of it.
-mod common;
-mod planning;
+mod support;
 
 use burn_flash_attn_kernels::plan::DeviceCaps;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
-use common::{h200, mi300x};
+use support::{h200, mi300x, planning};
 
 fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
     AttentionProblem {
@@ -36,7 +35,7 @@ fn path(props: &DeviceProperties, dtype: FloatKind, head_dim: usize) -> ForwardP
 
 #[test]
 fn test_device_never_takes_the_matrix_path_without_cmma() {
-    let client = common::client();
+    let client = support::client();
     let props = client.properties();
     for dtype in [FloatKind::F16, FloatKind::F32] {
         if !DeviceCaps::new(props, planning::SIMULATED).has_matrix_units(dtype) {
@@ -49,7 +48,7 @@ fn test_device_never_takes_the_matrix_path_without_cmma() {
 
 #[test]
 fn h200_takes_the_mma_path_up_to_128_then_the_matrix_path() {
-    let client = common::client();
+    let client = support::client();
     let props = h200(client.properties());
     for (head_dim, expected) in [
         (32, ForwardPath::Mma),
@@ -81,7 +80,7 @@ fn h200_takes_the_mma_path_up_to_128_then_the_matrix_path() {
 /// blocks (the H200 defaults, 64 keys in two buffers at head_dim 128, need about 104 KiB).
 #[test]
 fn mma_blocks_shrink_to_fit_99_kib_of_shared_memory() {
-    let client = common::client();
+    let client = support::client();
     let mut props = h200(client.properties());
     props.hardware.max_shared_memory_size = 99 * 1024;
     for causal in [false, true] {
@@ -99,7 +98,7 @@ fn mma_blocks_shrink_to_fit_99_kib_of_shared_memory() {
 
 #[test]
 fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
-    let client = common::client();
+    let client = support::client();
     let props = mi300x(client.properties());
     assert_eq!(path(&props, FloatKind::F16, 128), ForwardPath::Matrix);
     // head_dim 256 matrix tiles exceed 64 KiB of LDS: the portable path takes over.
@@ -112,7 +111,7 @@ fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
 
 #[test]
 fn forcing_the_matrix_path_without_cmma_is_an_error() {
-    let client = common::client();
+    let client = support::client();
     let props = client.properties();
     if !DeviceCaps::new(props, planning::SIMULATED).has_matrix_units(FloatKind::F16) {
         let result = planning::forward_plan(
@@ -126,7 +125,7 @@ fn forcing_the_matrix_path_without_cmma_is_an_error() {
 
 #[test]
 fn unsupported_problems_are_typed_errors() {
-    let client = common::client();
+    let client = support::client();
     let too_wide = AttentionProblem {
         head_dim: 300,
         ..problem(FloatKind::F16, 64)

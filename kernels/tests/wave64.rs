@@ -13,11 +13,11 @@
 //!
 //! `cargo test -p burn-flash-attn-kernels --test wave64` (CUDA: `--no-default-features
 //! --features cuda`).
-mod backward_support;
-mod planning;
+mod support;
 
-use backward_support::forward::run_forward_cases;
-use backward_support::*;
+use support::forward::run_forward_cases;
+use support::planning;
+use support::*;
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, PortableGradientConfig};
 use burn_flash_attn_kernels::backward::{
     GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
@@ -77,7 +77,7 @@ fn backward(case: &Case) -> Result<(), String> {
     let p = case.problem();
     let props = wave64(client.properties());
     let plan =
-        |kernel| planning::gradient_plan(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.name()));
+        |kernel| planning::gradient_plan(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.label()));
     let (dkdv_plan, dq_plan) = (
         plan(BackwardKernel::KeyValue)?,
         plan(BackwardKernel::Query)?,
@@ -93,14 +93,7 @@ fn backward(case: &Case) -> Result<(), String> {
     let (o, lse) = forward_outputs(case, &data);
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let delta_shape = [p.batch, p.num_heads, p.seq_q];
-    let delta = upload(
-        &client,
-        &vec![f64::NAN; p.heads_total() * p.seq_q],
-        &delta_shape,
-        Layout::Contiguous,
-        Role::Stats,
-        |x| x as f32,
-    );
+    let delta = filled(&client, &delta_shape, Elem::Float(F32), POISON);
     let inputs = device.gradient_inputs(&delta);
     launch_backward(
         &client,
@@ -117,11 +110,12 @@ fn backward(case: &Case) -> Result<(), String> {
         ("dv", &device.dv, &plain.dv, &oracle.dv),
     ] {
         check_gradient(
-            case,
+            &case.label(),
             what,
-            &read_float(&client, case.dtype, tensor),
+            &read(&client, tensor),
             plain,
             oracle,
+            case.dtype,
         )?;
     }
     Ok(())
@@ -154,7 +148,7 @@ fn launch_backward(
                 device.d_out.binding(),
                 inputs.delta.clone(),
             )
-            .map_err(|e| format!("{}: {e}", case.name()))?;
+            .map_err(|e| format!("{}: {e}", case.label()))?;
             match p.mask {
                 Some(MaskKind::U8) => {
                     flash_attention_backward_dkdv::<TestRuntime, $float, u8>(
@@ -202,17 +196,7 @@ fn launch_backward(
 }
 
 fn backward_cases(cases: &[Case]) {
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|case| backward(case).err())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    run_all(cases, backward);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Reruns bit-identical (no atomics, fixed summation orders), and typed errors.
-use crate::backward_support::*;
+use crate::support::*;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F32};
 
 /// Reruns of the determinism test.
@@ -38,14 +38,14 @@ fn assert_reruns_bit_identical(case: &Case) {
     let mut first: Option<[Vec<u8>; 3]> = None;
     for run in 0..RERUNS {
         let device = DeviceCase::upload(&client, case, &data, &o, &lse);
-        crate::planning::launch_backward(&client, &case.problem(), device.tensors()).unwrap();
+        crate::support::planning::launch_backward(&client, &case.problem(), device.tensors()).unwrap();
         let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
         match &first {
             None => first = Some(bytes),
             Some(first) => assert!(
                 first == &bytes,
                 "{}: run {run} differs from run 0",
-                case.name()
+                case.label()
             ),
         }
     }
@@ -60,6 +60,6 @@ fn shape_mismatch_is_a_typed_error() {
     let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
     let mut problem = case.problem();
     problem.seq_kv = 7;
-    let err = crate::planning::launch_backward(&client, &problem, device.tensors()).unwrap_err();
+    let err = crate::support::planning::launch_backward(&client, &problem, device.tensors()).unwrap_err();
     assert!(err.to_string().contains("key"), "{err}");
 }

@@ -1,5 +1,5 @@
 //! f16 / bf16 end to end; the mma path's shapes where the device has it.
-use crate::backward_support::*;
+use crate::support::*;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16};
 
 #[test]

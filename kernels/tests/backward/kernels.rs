@@ -8,8 +8,8 @@ use burn_flash_attn_kernels::problem::FloatKind::F32;
 use burn_flash_attn_kernels::reference::{self, Precision};
 use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
 
-use crate::backward_support::*;
-use crate::planning;
+use crate::support::*;
+use crate::support::planning;
 
 #[test]
 fn preprocess_delta_f32_q203_vd96_strided_vs_f64() {
@@ -34,14 +34,7 @@ fn preprocess_delta(case: &Case) {
     let (o, lse) = forward_outputs(&case, &data);
     let device = DeviceCase::upload(&client, &case, &data, &o, &lse);
     let p = case.problem();
-    let delta = upload(
-        &client,
-        &vec![f64::NAN; p.heads_total() * p.seq_q],
-        &[p.batch, p.num_heads, p.seq_q],
-        Layout::Contiguous,
-        Role::Stats,
-        |x| x as f32,
-    );
+    let delta = filled(&client, &[p.batch, p.num_heads, p.seq_q], Elem::Float(F32), POISON);
     flash_attention_backward_preprocess::<TestRuntime, f32>(
         &client,
         &p,
@@ -50,7 +43,7 @@ fn preprocess_delta(case: &Case) {
         delta.binding(),
     )
     .unwrap();
-    let got = read_float(&client, F32, &delta);
+    let got = read(&client, &delta);
     let dv = p.val_dim;
     let row_dot = |row: usize, round: fn(f64) -> f64| {
         (0..dv).fold(0.0, |acc, c| {
@@ -62,7 +55,7 @@ fn preprocess_delta(case: &Case) {
         .map(|row| row_dot(row, |x| x as f32 as f64))
         .collect();
     check(
-        &case.name(),
+        &case.label(),
         &got,
         &plain,
         &oracle,
@@ -76,7 +69,8 @@ fn preprocess_delta(case: &Case) {
 fn single_kernel(case: &Case, kernel: BackwardKernel) {
     let client = client();
     let seed = case.seed();
-    println!("case {} {kernel:?} seed {seed}", case.name());
+    let label = case.label();
+    println!("case {label} {kernel:?}");
     let p = case.problem();
     let data = HostData::draw(case, seed);
     let (o, lse) = forward_outputs(case, &data);
@@ -87,9 +81,8 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
         &client,
         &oracle.delta,
         &[p.batch, p.num_heads, p.seq_q],
-        Layout::Contiguous,
-        Role::Stats,
-        |x| x as f32,
+        Elem::Float(F32),
+        &Layout::Contiguous,
     );
     let inputs = device.gradient_inputs(&delta);
     let GradientConfig::Portable(config) = planning::gradient_plan(client.properties(), &p, kernel)
@@ -108,10 +101,10 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
                 device.dv.binding(),
                 config,
             );
-            let dk = read_float(&client, F32, &device.dk);
-            let dv = read_float(&client, F32, &device.dv);
-            check_gradient(case, "dk", &dk, &plain.dk, &oracle.dk).unwrap();
-            check_gradient(case, "dv", &dv, &plain.dv, &oracle.dv).unwrap();
+            let dk = read(&client, &device.dk);
+            let dv = read(&client, &device.dv);
+            check_gradient(&label, "dk", &dk, &plain.dk, &oracle.dk, case.dtype).unwrap();
+            check_gradient(&label, "dv", &dv, &plain.dv, &oracle.dv, case.dtype).unwrap();
         }
         BackwardKernel::Query => {
             flash_attention_backward_dq::<TestRuntime, f32, u32>(
@@ -121,8 +114,8 @@ fn single_kernel(case: &Case, kernel: BackwardKernel) {
                 device.dq.binding(),
                 config,
             );
-            let dq = read_float(&client, F32, &device.dq);
-            check_gradient(case, "dq", &dq, &plain.dq, &oracle.dq).unwrap();
+            let dq = read(&client, &device.dq);
+            check_gradient(&label, "dq", &dq, &plain.dq, &oracle.dq, case.dtype).unwrap();
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The backward kernels on the wgpu runtime (lavapipe here) against the f64 oracle, with the
 //! FlashAttention tolerance rule for gradients (factor 3, `plain` = the same naive
 //! implementation at the test dtype's precision). Inputs are drawn from a seeded RNG (the seed
-//! is printed; `BACKWARD_SEED=n` overrides it) and outputs are poisoned with NaN first.
+//! derives from the case's name and is printed and in every failure message;
+//! `FLASH_TEST_SEED=n` overrides it) and outputs are poisoned with NaN first.
 //!
 //! - [`kernels`]: each kernel alone (preprocess, dK/dV, dQ) against the oracle's intermediates;
 //! - [`shapes`]: end to end (preprocess, dK/dV, dQ) at the shapes that break kernels;
@@ -10,10 +11,8 @@
 //! - [`determinism`]: reruns bit-identical, and typed errors.
 //!
 //! `cargo test -p burn-flash-attn-kernels --test backward`
-#[path = "../backward_support/mod.rs"]
-mod backward_support;
-#[path = "../planning/mod.rs"]
-mod planning;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod determinism;
 mod half;

@@ -1,5 +1,5 @@
 //! End to end (preprocess, dK/dV, dQ) at the shapes that break kernels.
-use crate::backward_support::*;
+use crate::support::*;
 use burn_flash_attn_kernels::problem::FloatKind::F32;
 
 #[test]

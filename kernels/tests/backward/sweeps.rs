@@ -1,5 +1,5 @@
 //! End to end over lengths, tails, head dims, options, layouts, batch and heads.
-use crate::backward_support::*;
+use crate::support::*;
 use burn_flash_attn_kernels::problem::FloatKind::{F16, F32};
 
 #[test]

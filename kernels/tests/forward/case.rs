@@ -1,8 +1,12 @@
-//! The test case: its problem, its options and how its inputs are drawn, with builders.
+//! The forward's test case: the support tree's [`Attention`] case (shape, dtype, options,
+//! layout) and what only the forward suite varies (broadcast mask and bias, the amplitude of q
+//! and k, a forced path), with the builders the case lists use.
 
-use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardPath, MaskKind};
+use std::ops::Deref;
 
-use crate::common::Layout;
+use burn_flash_attn_kernels::{FloatKind, ForwardPath};
+
+use crate::support::{Case as Attention, MaskPattern};
 
 /// Amplitude of q and k: with head_dim >= 32 and the default scale, logits spread over a few
 /// units, so the softmax is far from uniform.
@@ -13,28 +17,8 @@ pub(crate) const V_AMPLITUDE: f64 = 1.0;
 pub(crate) const MASKED_FRACTION: f64 = 0.3;
 
 #[derive(Debug, Clone)]
-pub(crate) enum MaskFill {
-    /// Each entry masked with probability MASKED_FRACTION.
-    Random,
-    /// Random, plus every third query row fully masked.
-    FullyMaskedRows,
-}
-
-#[derive(Debug, Clone)]
 pub(crate) struct Case {
-    pub(crate) dtype: FloatKind,
-    pub(crate) batch: usize,
-    pub(crate) num_heads: usize,
-    pub(crate) seq_q: usize,
-    pub(crate) seq_kv: usize,
-    pub(crate) head_dim: usize,
-    pub(crate) val_dim: usize,
-    pub(crate) scale: Option<f64>,
-    pub(crate) softcap: Option<f64>,
-    pub(crate) causal: bool,
-    pub(crate) mask: Option<(MaskFill, MaskKind)>,
-    pub(crate) bias: bool,
-    pub(crate) layout: Layout,
+    pub(crate) attention: Attention,
     /// Mask and bias given for one (batch, head) and bound with stride 0 over batch and heads
     /// (what `expand` produces).
     pub(crate) broadcast: bool,
@@ -42,21 +26,17 @@ pub(crate) struct Case {
     pub(crate) path: Option<ForwardPath>,
 }
 
+/// The shape, dtype, options and layout of the case.
+impl Deref for Case {
+    type Target = Attention;
+    fn deref(&self) -> &Attention {
+        &self.attention
+    }
+}
+
 pub(crate) fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usize) -> Case {
     Case {
-        dtype,
-        batch: 1,
-        num_heads: 1,
-        seq_q,
-        seq_kv,
-        head_dim,
-        val_dim: head_dim,
-        scale: None,
-        softcap: None,
-        causal: false,
-        mask: None,
-        bias: false,
-        layout: Layout::Contiguous,
+        attention: Attention::new(dtype, seq_q, seq_kv, head_dim),
         broadcast: false,
         qk_amplitude: QK_AMPLITUDE,
         path: None,
@@ -64,62 +44,48 @@ pub(crate) fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usiz
 }
 
 impl Case {
-    pub(crate) fn heads(self, batch: usize, num_heads: usize) -> Self {
+    fn with(self, change: impl FnOnce(Attention) -> Attention) -> Self {
         Case {
-            batch,
-            num_heads,
+            attention: change(self.attention),
             ..self
         }
+    }
+    pub(crate) fn heads(self, batch: usize, num_heads: usize) -> Self {
+        self.with(|a| a.heads(batch, num_heads))
     }
     pub(crate) fn val_dim(self, val_dim: usize) -> Self {
-        Case { val_dim, ..self }
+        self.with(|a| a.val_dim(val_dim))
     }
     pub(crate) fn scale(self, scale: f64) -> Self {
-        Case {
-            scale: Some(scale),
-            ..self
-        }
+        self.with(|a| a.scale(scale))
     }
     /// Softcap with larger q, k so that tanh saturates for part of the logits.
     pub(crate) fn softcap(self, cap: f64) -> Self {
         Case {
-            softcap: Some(cap),
             qk_amplitude: 2.0 * QK_AMPLITUDE,
-            ..self
+            ..self.with(|a| a.softcap(cap))
         }
     }
     pub(crate) fn causal(self) -> Self {
-        Case {
-            causal: true,
-            ..self
-        }
+        self.with(Attention::causal)
     }
+    /// Each entry masked with probability MASKED_FRACTION (u32 mask).
     pub(crate) fn mask(self) -> Self {
-        Case {
-            mask: Some((MaskFill::Random, MaskKind::U32)),
-            ..self
-        }
+        self.with(|a| a.mask(MaskPattern::Random))
     }
     pub(crate) fn mask_u8(self) -> Self {
-        Case {
-            mask: Some((MaskFill::Random, MaskKind::U8)),
-            ..self
-        }
+        self.with(|a| a.mask_u8(MaskPattern::Random))
     }
+    /// Random, plus every third query row fully masked (u32 mask).
     pub(crate) fn masked_rows(self) -> Self {
-        Case {
-            mask: Some((MaskFill::FullyMaskedRows, MaskKind::U32)),
-            ..self
-        }
+        self.with(|a| a.mask(MaskPattern::RandomWithMaskedRows))
     }
     pub(crate) fn bias(self) -> Self {
-        Case { bias: true, ..self }
+        self.with(Attention::bias)
     }
+    /// `[b, s, h, d]` storage viewed as `[b, h, s, d]`, rows padded (mask and bias too).
     pub(crate) fn strided(self) -> Self {
-        Case {
-            layout: Layout::transposed_padded(),
-            ..self
-        }
+        self.with(Attention::transposed_padded)
     }
     pub(crate) fn broadcast(self) -> Self {
         Case {
@@ -137,25 +103,6 @@ impl Case {
         Case {
             path: Some(ForwardPath::Mma),
             ..self
-        }
-    }
-
-    pub(crate) fn problem(&self) -> AttentionProblem {
-        AttentionProblem {
-            batch: self.batch,
-            num_heads: self.num_heads,
-            seq_q: self.seq_q,
-            seq_kv: self.seq_kv,
-            head_dim: self.head_dim,
-            val_dim: self.val_dim,
-            dtype: self.dtype,
-            scale: self
-                .scale
-                .unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
-            softcap: self.softcap,
-            causal: self.causal,
-            mask: self.mask.as_ref().map(|(_, kind)| *kind),
-            has_bias: self.bias,
         }
     }
 }

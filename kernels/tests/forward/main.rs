@@ -1,14 +1,13 @@
 //! The forward kernels against the f64 reference, with the FlashAttention tolerance rule.
 //!
-//! Each case draws fresh seeded inputs (the seed is printed; replay with FLASH_TEST_SEED),
+//! Each case draws seeded inputs (the seed derives from the test's name and is printed and in
+//! every failure message; FLASH_TEST_SEED=n overrides it),
 //! poisons the outputs with NaN, launches, and checks o (factor OUTPUT_FACTOR) and lse (rows
 //! with something visible; fully masked rows must have lse == f32::MAX and o == 0).
 //! Cases the device cannot run (bf16 or u8 masks on lavapipe, the matrix path without cmma)
 //! print why and pass.
-#[path = "../common/mod.rs"]
-mod common;
-#[path = "../planning/mod.rs"]
-mod planning;
+#[path = "../support/mod.rs"]
+mod support;
 
 /// One `#[test]` per case, named after it.
 macro_rules! forward_cases {
@@ -36,7 +35,7 @@ use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
 use burn_flash_attn_kernels::plan::DeviceCaps;
 
 use case::case;
-use common::{Elem, client, filled};
+use support::{Elem, client, filled, planning};
 
 #[test]
 fn launcher_refuses_tensors_that_disagree_with_the_problem() {

@@ -3,15 +3,14 @@
 use burn_flash_attn_kernels::FloatKind::F32;
 use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
-use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
-use burn_flash_attn_kernels::tolerance::{OUTPUT_FACTOR, check};
 use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
 
-use crate::case::{Case, MASKED_FRACTION, MaskFill, V_AMPLITUDE};
-use crate::planning::forward_plan_for;
-use crate::common::{
-    self, Elem, client, filled, precision, random_mask, random_values, read, rng, upload,
+use crate::case::{Case, MASKED_FRACTION, V_AMPLITUDE};
+use crate::support::planning::forward_plan_for;
+use crate::support::{
+    Client, Elem, MaskPattern, POISON, Role, check_forward, client, filled, precision,
+    random_mask, random_values, read, rng, upload,
 };
 
 /// Runs one case; panics with the case name, the seed and the worst coordinate on failure.
@@ -37,14 +36,13 @@ pub(crate) fn run(name: &str, case: Case) {
     let drawn_heads = if case.broadcast { 1 } else { bh };
     let scores = drawn_heads * p.seq_q * p.seq_kv;
     let copies = bh / drawn_heads;
-    let mask = case.mask.as_ref().map(|(fill, _)| {
-        let mut mask = random_mask(&mut rng, scores, MASKED_FRACTION);
-        if let MaskFill::FullyMaskedRows = fill {
-            for row in (0..drawn_heads * p.seq_q).step_by(3) {
-                mask[row * p.seq_kv..(row + 1) * p.seq_kv].fill(true);
-            }
-        }
-        mask.repeat(copies)
+    let mask = case.mask.map(|(pattern, _)| {
+        let masked_rows = pattern == MaskPattern::RandomWithMaskedRows;
+        let rows = drawn_heads * p.seq_q;
+        random_mask(&mut rng, rows, p.seq_kv, MASKED_FRACTION, |row| {
+            masked_rows && row % 3 == 0
+        })
+        .repeat(copies)
     });
     let bias = case
         .bias
@@ -58,9 +56,10 @@ pub(crate) fn run(name: &str, case: Case) {
     let v_shape = [p.batch, p.num_heads, p.seq_kv, p.val_dim];
     let s_shape = [p.batch, p.num_heads, p.seq_q, p.seq_kv];
     let o_shape = [p.batch, p.num_heads, p.seq_q, p.val_dim];
-    let q_dev = upload(&client, &q, &q_shape, float, &case.layout);
-    let k_dev = upload(&client, &k, &kv_shape, float, &case.layout);
-    let v_dev = upload(&client, &v, &v_shape, float, &case.layout);
+    let (rows, scores_layout) = (case.layout.of(Role::Rows), case.layout.of(Role::Scores));
+    let q_dev = upload(&client, &q, &q_shape, float, &rows);
+    let k_dev = upload(&client, &k, &kv_shape, float, &rows);
+    let v_dev = upload(&client, &v, &v_shape, float, &rows);
     let upload_scores = |values: &[f64], elem: Elem| {
         if case.broadcast {
             let one_head = [1, 1, p.seq_q, p.seq_kv];
@@ -69,14 +68,14 @@ pub(crate) fn run(name: &str, case: Case) {
                 &values[..p.seq_q * p.seq_kv],
                 &one_head,
                 elem,
-                &case.layout,
+                &scores_layout,
             );
             tensor.shape = s_shape.to_vec();
             tensor.strides[0] = 0;
             tensor.strides[1] = 0;
             tensor
         } else {
-            upload(&client, values, &s_shape, elem, &case.layout)
+            upload(&client, values, &s_shape, elem, &scores_layout)
         }
     };
     let mask_dev = mask.as_ref().zip(p.mask).map(|(mask, mask_kind)| {
@@ -84,8 +83,8 @@ pub(crate) fn run(name: &str, case: Case) {
         upload_scores(&values, Elem::Mask(mask_kind))
     });
     let bias_dev = bias.as_ref().map(|bias| upload_scores(bias, float));
-    let o_dev = filled(&client, &o_shape, float, f64::NAN);
-    let lse_dev = filled(&client, &o_shape[..3], Elem::Float(F32), f64::NAN);
+    let o_dev = filled(&client, &o_shape, float, POISON);
+    let lse_dev = filled(&client, &o_shape[..3], Elem::Float(F32), POISON);
 
     let tensors = ForwardTensors {
         q: q_dev.binding(),
@@ -114,22 +113,14 @@ pub(crate) fn run(name: &str, case: Case) {
     let oracle = reference::forward(p, &inputs, Precision::F64);
     let plain = reference::forward(p, &inputs, precision(kind));
     let context = format!("{name} (seed {seed}, {case:?})");
-    if let Err(message) = check(
-        &format!("{context}: o"),
-        &o,
-        &plain.o,
-        &oracle.o,
-        OUTPUT_FACTOR,
-        precision(kind),
-    ) {
+    if let Err(message) = check_forward(&context, p, &o, &lse, &plain, &oracle) {
         panic!("{message}");
     }
-    check_lse(&context, p, &o, &lse, &plain.lse, &oracle.lse);
 }
 
 /// Whether the device can run the case, or why not.
 fn runnable(
-    client: &common::Client,
+    client: &Client,
     problem: &AttentionProblem,
     path: Option<ForwardPath>,
 ) -> Result<(), String> {
@@ -150,47 +141,5 @@ fn runnable(
         Err(FlashError::Device(reason)) => Err(reason),
         Err(other) => panic!("valid problem refused: {other}"),
         Ok(_) => Ok(()),
-    }
-}
-
-/// lse of rows that see something against the rule (the plain lse rounded to f32, the type
-/// of the lse output: no f32 output can be closer than that); fully masked rows exactly
-/// FULLY_MASKED_LSE with an all-zero output row.
-fn check_lse(
-    context: &str,
-    p: &AttentionProblem,
-    o: &[f64],
-    lse: &[f64],
-    plain: &[f64],
-    oracle: &[f64],
-) {
-    let mut visible = (Vec::new(), Vec::new(), Vec::new());
-    for row in 0..lse.len() {
-        if oracle[row].is_infinite() {
-            assert_eq!(
-                lse[row], FULLY_MASKED_LSE as f64,
-                "{context}: fully masked row {row}: lse"
-            );
-            let o_row = &o[row * p.val_dim..(row + 1) * p.val_dim];
-            assert!(
-                o_row.iter().all(|&x| x == 0.0),
-                "{context}: fully masked row {row}: o = {o_row:?}"
-            );
-        } else {
-            visible.0.push(lse[row]);
-            visible.1.push(Precision::F32.round(plain[row]));
-            visible.2.push(oracle[row]);
-        }
-    }
-    let rounding = precision(p.dtype);
-    if let Err(message) = check(
-        &format!("{context}: lse"),
-        &visible.0,
-        &visible.1,
-        &visible.2,
-        OUTPUT_FACTOR,
-        rounding,
-    ) {
-        panic!("{message}");
     }
 }

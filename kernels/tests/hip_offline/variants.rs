@@ -5,7 +5,7 @@
 //! configs come from the real planners (`plan::forward`, `plan::backward`) on the client's
 //! properties; the cube dims are the launchers' (`CubeDim::new_1d(units)` for the portable
 //! and backward kernels, one plane per 16 query rows on the matrix path).
-use crate::planning;
+use crate::support::planning;
 use std::collections::BTreeMap;
 
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig};

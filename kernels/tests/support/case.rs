@@ -1,35 +1,80 @@
-//! Test support of the backward suite: cases, seeded inputs, strided device tensors, and the
-//! comparison with the f64 oracle under the FlashAttention tolerance rule.
-#![allow(dead_code)]
-
+//! The attention case (shape, dtype, options, layout), its seeded inputs, its device tensors,
+//! and the backward run of a case against the f64 oracle.
 use burn_flash_attn_kernels::backward::{BackwardTensors, GradientInputs};
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
-use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, check};
-use cubecl::prelude::*;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-/// The runtime under test, chosen by cargo feature: `cuda`, else `hip`, else wgpu (default).
-#[cfg(feature = "cuda")]
-pub type TestRuntime = cubecl::cuda::CudaRuntime;
-#[cfg(all(feature = "hip", not(feature = "cuda")))]
-pub type TestRuntime = cubecl::hip::HipRuntime;
-#[cfg(not(any(feature = "cuda", feature = "hip")))]
-pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
-
-mod device;
-pub mod forward;
-pub use device::*;
+use super::compare::{check_gradient, precision, run_all};
+use super::device::{DeviceTensor, Elem, Layout, read, upload};
+use super::planning::launch_backward;
+use super::inputs::{random_mask, seed, uniform_values};
+use super::runtime::{Client, TestRuntime, client};
 
 /// Written into every output before a launch: an element the kernel forgets stays NaN, which
 /// the comparison counts as infinitely wrong.
-const POISON: f64 = f64::NAN;
-/// Fraction of entries an explicit random mask hides.
+pub const POISON: f64 = f64::NAN;
+/// Fraction of entries an explicit random mask hides in the backward's inputs.
 const MASKED_FRACTION: f64 = 0.25;
 
-pub fn client() -> ComputeClient<TestRuntime> {
-    TestRuntime::client(&Default::default())
+/// A one-head problem with no options and the default scale.
+pub fn problem(
+    dtype: FloatKind,
+    head_dim: usize,
+    val_dim: usize,
+    seq_q: usize,
+    seq_kv: usize,
+) -> AttentionProblem {
+    AttentionProblem {
+        batch: 1,
+        num_heads: 1,
+        seq_q,
+        seq_kv,
+        head_dim,
+        val_dim,
+        dtype,
+        scale: AttentionProblem::default_scale(head_dim),
+        softcap: None,
+        causal: false,
+        mask: None,
+        has_bias: false,
+    }
+}
+
+/// How a case lays its tensors out in memory (the logical shapes never change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaseLayout {
+    Contiguous,
+    /// q, k, v, o, d_out and the gradients stored `[batch, seq, heads, dim]` (Burn's transposed
+    /// views); mask and bias stored `[batch, heads, seq_kv, seq_q]`.
+    Transposed,
+    /// Every `[b, h, s, d]` tensor (mask and bias included) stored `[b, s, h, d]` with padded
+    /// rows ([`Layout::transposed_padded`]).
+    TransposedPadded,
+}
+
+/// What a tensor of a case holds, which decides its layout.
+#[derive(Clone, Copy, Debug)]
+pub enum Role {
+    /// `[b, h, seq, dim]` tensors.
+    Rows,
+    /// `[b, h, seq_q, seq_kv]` tensors.
+    Scores,
+    /// `[b, h, seq_q]` statistics: always contiguous.
+    Stats,
+}
+
+impl CaseLayout {
+    /// The layout of a tensor with `role`.
+    pub fn of(self, role: Role) -> Layout {
+        match (self, role) {
+            (_, Role::Stats) | (CaseLayout::Contiguous, _) => Layout::Contiguous,
+            (CaseLayout::Transposed, Role::Rows) => Layout::permuted(&[0, 2, 1, 3]),
+            (CaseLayout::Transposed, Role::Scores) => Layout::permuted(&[0, 1, 3, 2]),
+            (CaseLayout::TransposedPadded, _) => Layout::transposed_padded(),
+        }
+    }
 }
 
 /// An explicit mask pattern.
@@ -56,7 +101,7 @@ pub struct Case {
     pub softcap: Option<f64>,
     /// `None`: the default 1/sqrt(head_dim).
     pub scale: Option<f64>,
-    pub layout: Layout,
+    pub layout: CaseLayout,
 }
 
 impl Case {
@@ -74,7 +119,7 @@ impl Case {
             bias: false,
             softcap: None,
             scale: None,
-            layout: Layout::Contiguous,
+            layout: CaseLayout::Contiguous,
         }
     }
 
@@ -123,7 +168,13 @@ impl Case {
     }
     pub fn transposed(self) -> Self {
         Case {
-            layout: Layout::Transposed,
+            layout: CaseLayout::Transposed,
+            ..self
+        }
+    }
+    pub fn transposed_padded(self) -> Self {
+        Case {
+            layout: CaseLayout::TransposedPadded,
             ..self
         }
     }
@@ -142,7 +193,8 @@ impl Case {
         for (on, tag) in [
             (self.causal, "_causal"),
             (self.bias, "_bias"),
-            (self.layout == Layout::Transposed, "_strided"),
+            (self.layout == CaseLayout::Transposed, "_strided"),
+            (self.layout == CaseLayout::TransposedPadded, "_padded"),
         ] {
             if on {
                 name.push_str(tag);
@@ -161,45 +213,38 @@ impl Case {
     }
 
     pub fn problem(&self) -> AttentionProblem {
+        let one_head = problem(
+            self.dtype,
+            self.head_dim,
+            self.val_dim,
+            self.seq_q,
+            self.seq_kv,
+        );
         AttentionProblem {
             batch: self.batch,
             num_heads: self.heads,
-            seq_q: self.seq_q,
-            seq_kv: self.seq_kv,
-            head_dim: self.head_dim,
-            val_dim: self.val_dim,
-            dtype: self.dtype,
-            scale: self
-                .scale
-                .unwrap_or_else(|| AttentionProblem::default_scale(self.head_dim)),
+            scale: self.scale.unwrap_or(one_head.scale),
             softcap: self.softcap,
             causal: self.causal,
             mask: self.mask.map(|(_, kind)| kind),
             has_bias: self.bias,
+            ..one_head
         }
     }
 
-    /// The seed: `BACKWARD_SEED` if set, else a hash of the case name (reproducible runs).
+    /// The seed of the case's inputs ([`seed`] of its name).
     pub fn seed(&self) -> u64 {
-        if let Ok(seed) = std::env::var("BACKWARD_SEED") {
-            return seed.parse().expect("BACKWARD_SEED must be a u64");
-        }
-        self.name().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        })
+        seed(&self.name())
     }
-}
 
-pub fn precision(dtype: FloatKind) -> Precision {
-    match dtype {
-        FloatKind::F16 => Precision::F16,
-        FloatKind::BF16 => Precision::BF16,
-        FloatKind::F32 => Precision::F32,
+    /// The case's name and seed, for messages.
+    pub fn label(&self) -> String {
+        format!("{} (seed {})", self.name(), self.seed())
     }
 }
 
 /// Whether the test device can run the case's element types; prints why not.
-pub fn supported(client: &ComputeClient<TestRuntime>, case: &Case) -> bool {
+pub fn supported(client: &Client, case: &Case) -> bool {
     use burn_flash_attn_kernels::plan::{elem_type, mask_elem_type};
     let props = client.properties();
     let ok = props.supports_type(elem_type(case.dtype))
@@ -228,13 +273,8 @@ pub struct HostData {
 impl HostData {
     pub fn draw(case: &Case, seed: u64) -> Self {
         let p = case.problem();
-        let prec = precision(case.dtype);
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut uniform = |n: usize| -> Vec<f64> {
-            (0..n)
-                .map(|_| prec.round(rng.random_range(-1.0..1.0)))
-                .collect()
-        };
+        let mut uniform = |n: usize| uniform_values(&mut rng, n, case.dtype);
         let (bh, sq, skv) = (p.heads_total(), p.seq_q, p.seq_kv);
         let q = uniform(bh * sq * p.head_dim);
         let k = uniform(bh * skv * p.head_dim);
@@ -242,13 +282,10 @@ impl HostData {
         let d_out = uniform(bh * sq * p.val_dim);
         let bias = case.bias.then(|| uniform(bh * sq * skv));
         let mask = case.mask.map(|(pattern, _)| {
-            (0..bh * sq * skv)
-                .map(|idx| {
-                    let row = (idx / skv) % sq;
-                    let masked_row = pattern == MaskPattern::RandomWithMaskedRows && row % 3 == 1;
-                    masked_row || rng.random_bool(MASKED_FRACTION)
-                })
-                .collect()
+            let masked_rows = pattern == MaskPattern::RandomWithMaskedRows;
+            random_mask(&mut rng, bh * sq, skv, MASKED_FRACTION, |row| {
+                masked_rows && (row % sq) % 3 == 1
+            })
         });
         HostData {
             q,
@@ -308,30 +345,31 @@ pub struct DeviceCase {
 
 impl DeviceCase {
     pub fn upload(
-        client: &ComputeClient<TestRuntime>,
+        client: &Client,
         case: &Case,
         data: &HostData,
         o: &[f64],
         lse: &[f64],
     ) -> Self {
         let p = case.problem();
-        let (b, h, l) = (p.batch, p.num_heads, case.layout);
+        let (b, h) = (p.batch, p.num_heads);
         let q_shape = [b, h, p.seq_q, p.head_dim];
         let k_shape = [b, h, p.seq_kv, p.head_dim];
         let v_shape = [b, h, p.seq_kv, p.val_dim];
         let o_shape = [b, h, p.seq_q, p.val_dim];
         let scores = [b, h, p.seq_q, p.seq_kv];
+        let at = |values: &[f64], shape: &[usize], elem, role| {
+            upload(client, values, shape, elem, &case.layout.of(role))
+        };
         let float = |values: &[f64], shape: &[usize], role| {
-            upload_float(client, case.dtype, values, shape, l, role)
+            at(values, shape, Elem::Float(case.dtype), role)
         };
         let poison =
             |shape: &[usize]| float(&vec![POISON; shape.iter().product()], shape, Role::Rows);
         let mask = data.mask.as_ref().map(|m| {
             let values: Vec<f64> = m.iter().map(|&x| x as u8 as f64).collect();
-            match case.mask.expect("mask data implies a mask kind").1 {
-                MaskKind::U8 => upload(client, &values, &scores, l, Role::Scores, |x| x as u8),
-                MaskKind::U32 => upload(client, &values, &scores, l, Role::Scores, |x| x as u32),
-            }
+            let kind = case.mask.expect("mask data implies a mask kind").1;
+            at(&values, &scores, Elem::Mask(kind), Role::Scores)
         });
         DeviceCase {
             q: float(&data.q, &q_shape, Role::Rows),
@@ -339,7 +377,7 @@ impl DeviceCase {
             v: float(&data.v, &v_shape, Role::Rows),
             o: float(o, &o_shape, Role::Rows),
             d_out: float(&data.d_out, &o_shape, Role::Rows),
-            lse: upload(client, lse, &[b, h, p.seq_q], l, Role::Stats, |x| x as f32),
+            lse: at(lse, &[b, h, p.seq_q], Elem::Float(FloatKind::F32), Role::Stats),
             mask,
             bias: data
                 .bias
@@ -382,31 +420,6 @@ impl DeviceCase {
     }
 }
 
-/// Checks `got` against the oracle with the gradient rule, and that it holds no NaN.
-pub fn check_gradient(
-    case: &Case,
-    what: &str,
-    got: &[f64],
-    plain: &[f64],
-    oracle: &[f64],
-) -> Result<(), String> {
-    if let Some(at) = got.iter().position(|x| !x.is_finite()) {
-        return Err(format!(
-            "{}: {what} has a non-finite value {} at flat index {at}",
-            case.name(),
-            got[at]
-        ));
-    }
-    check(
-        &format!("{} {what}", case.name()),
-        got,
-        plain,
-        oracle,
-        GRADIENT_FACTOR,
-        precision(case.dtype),
-    )
-}
-
 /// Rows of `[.., seq_q, dim]` that see no key: causal rows past the diagonal and fully masked
 /// rows. Their dQ must be exactly 0.
 pub fn blind_rows(case: &Case, data: &HostData) -> Vec<usize> {
@@ -435,11 +448,11 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
     let start = std::time::Instant::now();
-    let launch = crate::planning::launch_backward(&client, &problem, device.tensors())
-        .map_err(|e| format!("{}: {e}", case.name()))?;
-    let dq = read_float(&client, case.dtype, &device.dq);
-    let dk = read_float(&client, case.dtype, &device.dk);
-    let dv = read_float(&client, case.dtype, &device.dv);
+    let launch = launch_backward(&client, &problem, device.tensors())
+        .map_err(|e| format!("{}: {e}", case.label()))?;
+    let dq = read(&client, &device.dq);
+    let dk = read(&client, &device.dk);
+    let dv = read(&client, &device.dv);
     let kernels = start.elapsed();
     let oracle = reference::backward(&problem, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&problem, &data.inputs(), &data.d_out, precision(case.dtype));
@@ -450,15 +463,19 @@ pub fn run_case(case: &Case) -> Result<(), String> {
         kernels,
         start.elapsed() - kernels
     );
-    check_gradient(case, "dq", &dq, &plain.dq, &oracle.dq)?;
-    check_gradient(case, "dk", &dk, &plain.dk, &oracle.dk)?;
-    check_gradient(case, "dv", &dv, &plain.dv, &oracle.dv)?;
+    let label = case.label();
+    for (what, got, plain, oracle) in [
+        ("dq", &dq, &plain.dq, &oracle.dq),
+        ("dk", &dk, &plain.dk, &oracle.dk),
+        ("dv", &dv, &plain.dv, &oracle.dv),
+    ] {
+        check_gradient(&label, what, got, plain, oracle, case.dtype)?;
+    }
     for row in blind_rows(case, &data) {
         let dims = problem.head_dim;
         if dq[row * dims..(row + 1) * dims].iter().any(|&x| x != 0.0) {
             return Err(format!(
-                "{}: dq row {row} sees no key but is not exactly 0",
-                case.name()
+                "{label}: dq row {row} sees no key but is not exactly 0"
             ));
         }
     }
@@ -467,15 +484,5 @@ pub fn run_case(case: &Case) -> Result<(), String> {
 
 /// Runs every case, reports all failures at once.
 pub fn run_cases(cases: &[Case]) {
-    let failures: Vec<String> = cases
-        .iter()
-        .filter_map(|case| run_case(case).err())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    run_all(cases, run_case);
 }

@@ -1,7 +1,6 @@
 //! Device-free CUDA source generation for the CUDA-only kernel paths (matrix, mma): a kernel
 //! expanded for simulated H200 properties and compiled to CUDA C++ by cubecl's own compiler,
 //! as cubecl-cuda's runtime would before handing it to nvrtc.
-use burn_flash_attn_kernels::{AttentionProblem, FloatKind};
 use cubecl::prelude::*;
 use cubecl_cpp::cuda::CudaDialect;
 use cubecl_cpp::cuda::mma::CudaWmmaCompiler;
@@ -15,7 +14,7 @@ use cubecl_runtime::kernel::KernelTask;
 pub fn cuda_source<K: CubeKernel>(kernel: K) -> (String, usize) {
     let task = KernelTask::<CppCompiler<CudaDialect<CudaWmmaCompiler>>, _>::new(kernel);
     let options = CompilationOptions {
-        warp_size: super::H200_PLANE_SIZE,
+        warp_size: super::runtime::H200_PLANE_SIZE,
         supports_features: CppSupportedFeatures {
             fast_math: true,
             ..Default::default()
@@ -38,30 +37,6 @@ pub fn settings(cube_dim: CubeDim) -> KernelSettings {
     KernelSettings::default()
         .cube_dim(cube_dim)
         .address_type(AddressType::U32)
-}
-
-/// A one-head problem with no options.
-pub fn problem(
-    dtype: FloatKind,
-    head_dim: usize,
-    val_dim: usize,
-    seq_q: usize,
-    seq_kv: usize,
-) -> AttentionProblem {
-    AttentionProblem {
-        batch: 1,
-        num_heads: 1,
-        seq_q,
-        seq_kv,
-        head_dim,
-        val_dim,
-        dtype,
-        scale: AttentionProblem::default_scale(head_dim),
-        softcap: None,
-        causal: false,
-        mask: None,
-        has_bias: false,
-    }
 }
 
 /// Writes `source` to `$FLASH_DUMP_DIR/name` when that variable is set (e.g. to compile the

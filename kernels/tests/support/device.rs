@@ -1,103 +1,11 @@
-//! Helpers shared by the kernel tests (forward and backward): the test runtime and client,
-//! seeded random data, uploads of any f64 data as any element type with any strides, and
-//! read-back of any tensor as f64 in logical row-major order.
-#![allow(dead_code)]
-
+//! Device tensors: uploads of f64 data as any element type in any [`Layout`] (storage gaps
+//! poisoned), outputs filled with a poison value, and read-back as f64 in logical row-major
+//! order.
 use burn_flash_attn_kernels::problem::{FloatKind, MaskKind};
-use burn_flash_attn_kernels::reference::Precision;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
-pub mod cuda_codegen;
-
-/// The runtime the kernel tests run on: wgpu by default (lavapipe on CPU-only machines),
-/// CUDA with `--no-default-features --features cuda`, HIP with `--features hip` (on a machine
-/// with ROCm and an AMD GPU: without them, touching the HIP runtime aborts the process; only
-/// `tests/hip_runtime.rs` checks first).
-#[cfg(feature = "cuda")]
-pub type TestRuntime = cubecl::cuda::CudaRuntime;
-#[cfg(all(feature = "hip", not(feature = "cuda")))]
-pub type TestRuntime = cubecl::hip::HipRuntime;
-#[cfg(not(any(feature = "cuda", feature = "hip")))]
-pub type TestRuntime = cubecl::wgpu::WgpuRuntime;
-
-pub type Client = ComputeClient<TestRuntime>;
-
-/// The client of the default device.
-pub fn client() -> Client {
-    TestRuntime::client(&Default::default())
-}
-
-/// Edge of the cmma tiles the simulated devices register (16x16x16).
-const CMMA_EDGE: u32 = 16;
-/// H100 / H200: 227 KiB of shared memory per block (opt-in), 32 lanes per plane.
-pub const H200_SHARED_MEMORY: usize = 227 * 1024;
-pub const H200_PLANE_SIZE: u32 = 32;
-/// MI300X: 64 KiB of LDS, wave64.
-pub const MI300X_SHARED_MEMORY: usize = 64 * 1024;
-pub const MI300X_PLANE_SIZE: u32 = 64;
-
-/// `base` turned into another device for the planner: its plane size, shared memory, the
-/// storage types the C++ runtimes register (bf16, u8), and 16x16x16 cmma with f32 accumulation
-/// for `cmma_dtypes` only (the base device's own cmma configs are dropped: on CUDA it registers
-/// bf16 too).
-pub fn simulated_device(
-    base: &cubecl::ir::DeviceProperties,
-    plane_size: u32,
-    shared_memory: usize,
-    cmma_dtypes: &[FloatKind],
-) -> cubecl::ir::DeviceProperties {
-    use burn_flash_attn_kernels::plan::elem_type;
-    use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
-
-    let mut props = base.clone();
-    props.hardware.plane_size_min = plane_size;
-    props.hardware.plane_size_max = plane_size;
-    props.hardware.max_shared_memory_size = shared_memory;
-    cubecl_cpp::register_supported_types(&mut props);
-    props.features.matmul.cmma.clear();
-    for &dtype in cmma_dtypes {
-        let elem = elem_type(dtype).into();
-        props.features.matmul.cmma.insert(MmaConfig {
-            a_type: elem,
-            b_type: elem,
-            cd_type: ElemType::Float(IrFloatKind::F32).into(),
-            m: CMMA_EDGE,
-            k: CMMA_EDGE,
-            n: CMMA_EDGE,
-        });
-    }
-    props
-}
-
-/// An H200 (f16 and bf16 cmma, and the register-level 16x8x16 mma) built on `base`.
-pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    use burn_flash_attn_kernels::plan::elem_type;
-    use cubecl::ir::{ElemType, FloatKind as IrFloatKind, features::MmaConfig};
-
-    let dtypes = [FloatKind::F16, FloatKind::BF16];
-    let mut props = simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &dtypes);
-    props.features.matmul.mma.clear();
-    for dtype in dtypes {
-        let elem = elem_type(dtype).into();
-        props.features.matmul.mma.insert(MmaConfig {
-            a_type: elem,
-            b_type: elem,
-            cd_type: ElemType::Float(IrFloatKind::F32).into(),
-            m: 16,
-            n: 8,
-            k: 16,
-        });
-    }
-    props
-}
-
-/// An MI300X with `hip-rocwmma` (f16 cmma only: bf16 does not compile) built on `base`.
-pub fn mi300x(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    simulated_device(base, MI300X_PLANE_SIZE, MI300X_SHARED_MEMORY, &[FloatKind::F16])
-}
+use super::runtime::{Client, TestRuntime};
 
 /// Element type of a device tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,15 +68,6 @@ impl Elem {
     }
 }
 
-/// The [`Precision`] of the plain implementation in a float kind.
-pub fn precision(kind: FloatKind) -> Precision {
-    match kind {
-        FloatKind::F16 => Precision::F16,
-        FloatKind::BF16 => Precision::BF16,
-        FloatKind::F32 => Precision::F32,
-    }
-}
-
 /// How a tensor is laid out in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
@@ -187,6 +86,14 @@ impl Layout {
         Layout::Strided {
             order: vec![0, 2, 1, 3],
             pad: 3,
+        }
+    }
+
+    /// Dimensions stored in `order` (outermost first), no gaps.
+    pub fn permuted(order: &[usize]) -> Self {
+        Layout::Strided {
+            order: order.to_vec(),
+            pad: 0,
         }
     }
 
@@ -293,33 +200,10 @@ pub fn read(client: &Client, tensor: &DeviceTensor) -> Vec<f64> {
         .collect()
 }
 
-/// A seeded generator; the seed is printed so that a failure can be replayed.
-pub fn rng(name: &str) -> (StdRng, u64) {
-    let seed = std::env::var("FLASH_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random::<u64>);
-    println!("{name}: seed {seed} (replay with FLASH_TEST_SEED={seed})");
-    (StdRng::seed_from_u64(seed), seed)
-}
-
-/// `len` values uniform in `[-amplitude, amplitude]`, never exactly 0, rounded to `kind` so
-/// that the f64 reference sees exactly what the device sees.
-pub fn random_values(rng: &mut StdRng, len: usize, amplitude: f64, kind: FloatKind) -> Vec<f64> {
-    (0..len)
-        .map(|_| {
-            let magnitude = rng.random_range(0.05..=1.0) * amplitude;
-            let value = if rng.random_bool(0.5) {
-                magnitude
-            } else {
-                -magnitude
-            };
-            precision(kind).round(value)
-        })
-        .collect()
-}
-
-/// `len` booleans, each `true` (masked) with probability `masked`.
-pub fn random_mask(rng: &mut StdRng, len: usize, masked: f64) -> Vec<bool> {
-    (0..len).map(|_| rng.random_bool(masked)).collect()
+/// Raw bytes of a tensor's storage (for bit-identical comparisons).
+pub fn read_bytes(client: &Client, tensor: &DeviceTensor) -> Vec<u8> {
+    client
+        .read_one(tensor.handle.clone())
+        .expect("device read failed")
+        .to_vec()
 }

@@ -1,0 +1,102 @@
+//! Comparison with the f64 CPU oracle under the FlashAttention tolerance rule
+//! ([`burn_flash_attn_kernels::tolerance`]): the kernel's error against the f64 oracle at most
+//! `factor` times the error of the plain implementation at the test dtype's precision, plus a
+//! rounding floor.
+use burn_flash_attn_kernels::primitives::online_softmax::FULLY_MASKED_LSE;
+use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind};
+use burn_flash_attn_kernels::reference::{Forward, Precision};
+use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, OUTPUT_FACTOR, check};
+
+/// The [`Precision`] of the plain implementation in a float kind.
+pub fn precision(kind: FloatKind) -> Precision {
+    match kind {
+        FloatKind::F16 => Precision::F16,
+        FloatKind::BF16 => Precision::BF16,
+        FloatKind::F32 => Precision::F32,
+    }
+}
+
+/// Checks a gradient against the oracle with the gradient rule, and that it holds no NaN.
+/// `label` names the case and its seed.
+pub fn check_gradient(
+    label: &str,
+    what: &str,
+    got: &[f64],
+    plain: &[f64],
+    oracle: &[f64],
+    dtype: FloatKind,
+) -> Result<(), String> {
+    if let Some(at) = got.iter().position(|x| !x.is_finite()) {
+        return Err(format!(
+            "{label}: {what} has a non-finite value {} at flat index {at}",
+            got[at]
+        ));
+    }
+    check(
+        &format!("{label} {what}"),
+        got,
+        plain,
+        oracle,
+        GRADIENT_FACTOR,
+        precision(dtype),
+    )
+}
+
+/// Checks a forward's `o` and `lse` (logical row-major) against the oracle with the output
+/// rule: o everywhere; the lse of rows that see a key against the plain lse rounded to f32 (the
+/// type of the lse output: no f32 output can be closer than that); fully masked rows exactly
+/// `FULLY_MASKED_LSE` with an all-zero output row. `label` names the case and its seed.
+pub fn check_forward(
+    label: &str,
+    p: &AttentionProblem,
+    o: &[f64],
+    lse: &[f64],
+    plain: &Forward,
+    oracle: &Forward,
+) -> Result<(), String> {
+    let rounding = precision(p.dtype);
+    check(
+        &format!("{label}: o"),
+        o,
+        &plain.o,
+        &oracle.o,
+        OUTPUT_FACTOR,
+        rounding,
+    )?;
+    let mut visible = (Vec::new(), Vec::new(), Vec::new());
+    for row in 0..lse.len() {
+        if oracle.lse[row].is_infinite() {
+            let o_row = &o[row * p.val_dim..(row + 1) * p.val_dim];
+            if lse[row] != FULLY_MASKED_LSE as f64 || o_row.iter().any(|&x| x != 0.0) {
+                return Err(format!(
+                    "{label}: fully masked row {row}: lse {} (want {FULLY_MASKED_LSE}), o {o_row:?}",
+                    lse[row]
+                ));
+            }
+        } else {
+            visible.0.push(lse[row]);
+            visible.1.push(Precision::F32.round(plain.lse[row]));
+            visible.2.push(oracle.lse[row]);
+        }
+    }
+    check(
+        &format!("{label}: lse"),
+        &visible.0,
+        &visible.1,
+        &visible.2,
+        OUTPUT_FACTOR,
+        rounding,
+    )
+}
+
+/// Runs `run` on every case and fails with all the failures at once.
+pub fn run_all<C>(cases: &[C], run: impl Fn(&C) -> Result<(), String>) {
+    let failures: Vec<String> = cases.iter().filter_map(|case| run(case).err()).collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
