@@ -152,10 +152,9 @@ fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
     // What `plan` sees on a HIP client (bf16 cmma dropped: it does not compile).
     let runtime = <OfflineHip<M> as cubecl::Runtime>::name(&client);
     let caps = DeviceCaps::new(client.properties(), runtime);
-    let props = caps.properties();
     let (checked, compiled) = grid();
-    let variants = routed_variants(props, &checked);
-    let to_write = routed_variants(props, &compiled);
+    let variants = routed_variants(&caps, &checked);
+    let to_write = routed_variants(&caps, &compiled);
     assert!(to_write.keys().all(|name| variants.contains_key(name)));
     let dir = source_dir();
     std::fs::create_dir_all(&dir).expect("create the HIP source directory");
@@ -218,8 +217,9 @@ fn gfx942_rocwmma_build_every_routed_variant_gives_valid_hip() {
 #[test]
 fn gfx942_every_cube_is_a_whole_number_of_waves() {
     let client = OfflineHip::<Intrinsics>::client_for(GFX942);
+    let runtime = <OfflineHip<Intrinsics> as cubecl::Runtime>::name(&client);
     let (checked, _) = grid();
-    let partial: Vec<String> = routed_variants(client.properties(), &checked)
+    let partial: Vec<String> = routed_variants(&DeviceCaps::new(client.properties(), runtime), &checked)
         .into_iter()
         .filter(|(_, (variant, _))| !variant.cube_dim().num_elems().is_multiple_of(WAVE))
         .map(|(name, _)| name)
@@ -235,14 +235,15 @@ fn gfx942_every_cube_is_a_whole_number_of_waves() {
 /// bf16 cmma fragments do not compile with rocWMMA (`rocwmma::PackTraits<__hip_bfloat16>` is
 /// undefined: cubecl declares them as `__hip_bfloat16`), so bf16 must not take the matrix path
 /// on gfx942: `hip-rocwmma` registers bf16 16x16x16 cmma, and the planners see the properties
-/// through `DeviceCaps::new`, which drops them on HIP runtimes (as `DeviceCaps::of` does).
+/// through `DeviceCaps::new`, which counts them as absent on HIP runtimes (as `DeviceCaps::of`
+/// does).
 #[test]
 fn gfx942_rocwmma_bf16_never_claims_the_matrix_path() {
     let client = OfflineHip::<RocWmma>::client_for(GFX942);
     let (checked, _) = grid();
     let runtime = <OfflineHip<RocWmma> as cubecl::Runtime>::name(&client);
     let caps = DeviceCaps::new(client.properties(), runtime);
-    let claimed: Vec<String> = routed_variants(caps.properties(), &checked)
+    let claimed: Vec<String> = routed_variants(&caps, &checked)
         .into_iter()
         .filter(|(_, (variant, _))| variant.dtype == FloatKind::BF16 && variant.claims_matrix())
         .map(|(name, _)| name)

@@ -3,7 +3,6 @@
 //! Reference devices: lavapipe (32 KiB shared memory, no cmma, plane size 8), MI300X (64 KiB
 //! LDS, wave64, cmma only with `hip-rocwmma` and only f16), H100/H200 (227 KiB, cmma and the
 //! register-level mma for f16/bf16, plane size 32).
-use std::borrow::Cow;
 
 use cubecl::ir::features::MmaConfig;
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, HardwareProperties, StorageType};
@@ -22,9 +21,12 @@ pub(crate) const MMA_PLANE_SIZE: u32 = LANES;
 /// A device's properties as the planner uses them. Build it from a client
 /// ([`DeviceCaps::of`]) or, to plan for a device that is not here (tests, the MI300X plans),
 /// from properties and the runtime's name ([`DeviceCaps::new`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct DeviceCaps<'a> {
-    props: Cow<'a, DeviceProperties>,
+    props: &'a DeviceProperties,
+    /// The runtime registers bf16 cmma that does not compile (HIP with rocWMMA, see
+    /// [`DeviceCaps::new`]): the planner treats it as absent.
+    bf16_cmma_broken: bool,
 }
 
 impl<'a> DeviceCaps<'a> {
@@ -36,24 +38,16 @@ impl<'a> DeviceCaps<'a> {
     /// The capabilities of a device with `props` on the runtime named `runtime`
     /// (`Runtime::name`). cubecl-hip with `hip-rocwmma` registers bf16 16x16x16 cmma, but its
     /// bf16 fragments do not compile (rocWMMA has no `PackTraits<__hip_bfloat16>`; docs/HIP.md):
-    /// on HIP runtimes those configs are dropped, so bf16 takes the portable path there. Other
-    /// runtimes' properties pass through.
+    /// on HIP runtimes those configs count as absent, so bf16 takes the portable path there.
+    /// Nothing is copied: planning borrows the properties.
     pub fn new(props: &'a DeviceProperties, runtime: &str) -> Self {
-        let bf16: StorageType = elem_type(FloatKind::BF16).into();
-        let broken = |config: &MmaConfig| config.a_type == bf16 || config.b_type == bf16;
-        let props = if runtime.starts_with("hip") && props.features.matmul.cmma.iter().any(broken) {
-            let mut usable = props.clone();
-            usable.features.matmul.cmma.retain(|config| !broken(config));
-            Cow::Owned(usable)
-        } else {
-            Cow::Borrowed(props)
-        };
-        Self { props }
+        Self { props, bf16_cmma_broken: runtime.starts_with("hip") }
     }
 
-    /// The properties the plans are made from.
+    /// The properties the plans are made from (as the runtime reports them; see
+    /// [`DeviceCaps::has_matrix_units`] for the cmma configs the planner ignores).
     pub fn properties(&self) -> &DeviceProperties {
-        &self.props
+        self.props
     }
 
     /// Shared memory of one cube, in bytes.
@@ -83,6 +77,9 @@ impl<'a> DeviceCaps<'a> {
 
     /// Whether the device registers a 16x16x16 cmma with `dtype` inputs and f32 accumulation.
     pub fn has_matrix_units(&self, dtype: FloatKind) -> bool {
+        if dtype == FloatKind::BF16 && self.bf16_cmma_broken {
+            return false;
+        }
         let elem: StorageType = elem_type(dtype).into();
         self.props.features.matmul.cmma.contains(&MmaConfig {
             a_type: elem,

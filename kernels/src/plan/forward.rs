@@ -45,8 +45,8 @@ pub enum ForwardChoice {
     F32Inputs,
     /// The device registers the 16x8x16 register mma for the dtype.
     RegisterMma,
-    /// The register mma exists but the inputs' rows are not 16-byte chunks ([`Layout`]); the
-    /// matrix path reads any strides.
+    /// The register mma exists but the inputs' rows are not 16-byte chunks ([`Layout`]): the
+    /// matrix path (which reads any strides) where cmma exists, else the portable path.
     RowsNotChunked,
     /// The device registers 16x16x16 cmma for the dtype (and the mma path cannot run it).
     Cmma,
@@ -178,6 +178,7 @@ pub fn forward(
         None if mma && layout.rows_chunked => (ForwardPath::Mma, ForwardChoice::RegisterMma),
         None if matrix && mma => (ForwardPath::Matrix, ForwardChoice::RowsNotChunked),
         None if matrix => (ForwardPath::Matrix, ForwardChoice::Cmma),
+        None if mma => (ForwardPath::Portable, ForwardChoice::RowsNotChunked),
         None => (ForwardPath::Portable, ForwardChoice::NoMatrixUnits),
     };
     let (config, choice, blocks) = match path {

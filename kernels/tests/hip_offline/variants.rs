@@ -16,8 +16,9 @@ use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_prep
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
 use burn_flash_attn_kernels::primitives::score::{ScoreOptions, ScoreParamsCompilationArg};
+use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, MaskKind};
-use cubecl::ir::{AddressType, DeviceProperties};
+use cubecl::ir::AddressType;
 use cubecl::prelude::*;
 
 use super::{GFX942, HipSource, MatrixCores, OfflineHip};
@@ -114,13 +115,13 @@ pub fn options_tag(options: ScoreOptions) -> String {
 /// The variants the planners pick for `problems` on `props`, each with the first reason given
 /// for it. Panics if a problem is refused: every problem of the grid must run on an MI300X.
 pub fn routed_variants(
-    props: &DeviceProperties,
+    caps: &DeviceCaps,
     problems: &[AttentionProblem],
 ) -> BTreeMap<String, (Variant, String)> {
     let mut variants = BTreeMap::new();
     for problem in problems {
         let mask = problem.mask.unwrap_or(MaskKind::U32);
-        let forward = planning::forward_plan(props, problem, None)
+        let forward = planning::forward_plan_for(caps, problem, Layout::CHUNKED, None)
             .unwrap_or_else(|e| panic!("{problem:?} refused on gfx942: {e}"));
         let mut add = |kernel, reason: String| {
             let variant = Variant {
@@ -132,7 +133,7 @@ pub fn routed_variants(
         };
         add(KernelConfig::Forward(forward.config), forward.to_string());
         for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
-            let plan = planning::gradient_plan(props, problem, kernel)
+            let plan = planning::gradient_plan_for(caps, problem, kernel)
                 .unwrap_or_else(|e| panic!("{problem:?} backward refused on gfx942: {e}"));
             add(KernelConfig::Backward(plan.config), plan.to_string());
         }

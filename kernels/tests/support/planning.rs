@@ -64,7 +64,16 @@ pub fn gradient_plan(
     problem: &AttentionProblem,
     kernel: BackwardKernel,
 ) -> Result<GradientPlan, FlashError> {
-    plan::backward::gradient(&DeviceCaps::new(props, SIMULATED), problem, Layout::CHUNKED, &tuning(), kernel)
+    gradient_plan_for(&DeviceCaps::new(props, SIMULATED), problem, kernel)
+}
+
+/// One gradient kernel's plan on the device `caps` describes, for chunked rows.
+pub fn gradient_plan_for(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+) -> Result<GradientPlan, FlashError> {
+    plan::backward::gradient(caps, problem, Layout::CHUNKED, &tuning(), kernel)
 }
 
 /// Plans the forward on `client`'s own device for the tensors' layout, and launches it.
