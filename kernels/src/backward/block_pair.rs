@@ -14,7 +14,7 @@ use cubecl::prelude::*;
 use crate::primitives::score::{
     is_masked_logit, scaled_logit, score, softcap_derivative, ScoreParams, ScoreTensors,
 };
-use crate::primitives::tile_io::{head_view, load_tile};
+use crate::primitives::tile_io::{head_view, load_tile, row_stat};
 
 use super::config::PortableGradientConfig;
 
@@ -103,19 +103,6 @@ pub fn load_query_block<F: Float>(
         tiles.lse[UNIT_POS as usize] = row_stat(lse, pair.batch, pair.head, row);
         tiles.delta[UNIT_POS as usize] = row_stat(delta, pair.batch, pair.head, row);
     }
-}
-
-/// Value `row` of an f32 `[batch, heads, seq]` tensor (the lse or delta of a query row), 0 past
-/// the end.
-#[cube]
-pub fn row_stat(stat: &Tensor<f32>, batch: u32, head: u32, row: u32) -> f32 {
-    let mut value = 0.0f32;
-    if row < stat.shape(2) as u32 {
-        value = stat[batch as usize * stat.stride(0)
-            + head as usize * stat.stride(1)
-            + row as usize * stat.stride(2)];
-    }
-    value
 }
 
 /// Loads K and V of the key/value block starting at `pair.kv_start`. Rows past seq_kv are

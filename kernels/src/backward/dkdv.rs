@@ -21,7 +21,8 @@ use super::block_pair::{
 };
 use super::compensated::CompensatedSums;
 use super::config::{PortableGradientConfig, BackwardKernel};
-use super::{score_params, GradientInputs};
+use super::GradientInputs;
+use crate::primitives::score::score_params;
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
 /// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten.

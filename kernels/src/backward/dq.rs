@@ -21,7 +21,8 @@ use super::block_pair::{
 };
 use super::compensated::CompensatedSums;
 use super::config::{PortableGradientConfig, BackwardKernel};
-use super::{GradientInputs, score_params};
+use super::GradientInputs;
+use crate::primitives::score::score_params;
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
 /// [`crate::plan::backward`]). `dq` is fully overwritten.

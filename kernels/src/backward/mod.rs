@@ -35,7 +35,6 @@ use cubecl::prelude::*;
 use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args};
 use crate::error::FlashError;
 use crate::plan::{BackwardPlan, Layout};
-use crate::primitives::score::ScoreParamsLaunch;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 pub use config::{BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig};
@@ -169,17 +168,6 @@ impl<R: Runtime> GradientInputs<R> {
             delta: self.delta.into_tensor_arg(),
         }
     }
-}
-
-/// The runtime scalars of the logit transform for `problem`.
-pub fn score_params<R: Runtime>(problem: &AttentionProblem) -> ScoreParamsLaunch<R> {
-    ScoreParamsLaunch::new(
-        problem.scale as f32,
-        // Unused without softcap (comptime off); 1 keeps the division harmless regardless.
-        problem.softcap.unwrap_or(1.0) as f32,
-        problem.seq_q as u32,
-        problem.seq_kv as u32,
-    )
 }
 
 fn launch_all<R: Runtime, F: Float + CubeElement>(

@@ -33,7 +33,7 @@ use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, chec
 use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::plan::{ForwardPlan, Layout};
-use crate::primitives::score::ScoreParamsLaunch;
+use crate::primitives::score::{ScoreParamsLaunch, score_params};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 /// The tensors of one forward launch. `o` and `lse` are pre-allocated by the caller and fully
@@ -101,12 +101,7 @@ pub fn flash_attention_forward<R: Runtime>(
     let launch = Launch {
         client,
         config,
-        params: ScoreParamsLaunch::new(
-            problem.scale as f32,
-            problem.softcap.unwrap_or(1.0) as f32,
-            problem.seq_q as u32,
-            problem.seq_kv as u32,
-        ),
+        params: score_params(problem),
         cube_count: CubeCount::Static(
             problem.seq_q.div_ceil(config.block_q() as usize) as u32,
             problem.heads_total() as u32,

@@ -279,3 +279,14 @@ pub fn score_tensors<F: Float, M: Int>(
     }
     tensors
 }
+
+/// The runtime scalars of the logit transform for `problem`.
+pub fn score_params<R: Runtime>(problem: &crate::problem::AttentionProblem) -> ScoreParamsLaunch<R> {
+    ScoreParamsLaunch::new(
+        problem.scale as f32,
+        // Unused without softcap (comptime off); 1 keeps the division harmless regardless.
+        problem.softcap.unwrap_or(1.0) as f32,
+        problem.seq_q as u32,
+        problem.seq_kv as u32,
+    )
+}

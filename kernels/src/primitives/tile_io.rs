@@ -58,3 +58,16 @@ pub fn load_tile<E: Numeric, S: Numeric>(
         index += units;
     }
 }
+
+/// Value `row` of an f32 `[batch, heads, seq]` tensor (the lse or delta of a query row), 0 past
+/// the end.
+#[cube]
+pub fn row_stat(stat: &Tensor<f32>, batch: u32, head: u32, row: u32) -> f32 {
+    let mut value = 0.0f32;
+    if row < stat.shape(2) as u32 {
+        value = stat[batch as usize * stat.stride(0)
+            + head as usize * stat.stride(1)
+            + row as usize * stat.stride(2)];
+    }
+    value
+}

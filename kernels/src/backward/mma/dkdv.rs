@@ -18,7 +18,8 @@ use crate::problem::AttentionProblem;
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::config::{MmaGradientConfig, BackwardKernel};
-use crate::backward::{GradientInputs, score_params};
+use crate::backward::GradientInputs;
+use crate::primitives::score::score_params;
 
 /// Launches the mma dK/dV kernel. The caller has checked the shapes and that q, k, v, d_out
 /// load in chunks of [`MMA_CHUNK`] elements.

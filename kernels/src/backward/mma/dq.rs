@@ -16,9 +16,10 @@ use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::backward::block_pair::row_stat;
+use crate::primitives::tile_io::row_stat;
 use crate::backward::config::{MmaGradientConfig, BackwardKernel};
-use crate::backward::{GradientInputs, score_params};
+use crate::backward::GradientInputs;
+use crate::primitives::score::score_params;
 
 /// Launches the mma dQ kernel (preconditions as for [`super::flash_attention_backward_dkdv_mma`]).
 pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(

@@ -3,7 +3,7 @@
 //! into the stats tiles beside the block's Q and dO.
 use cubecl::prelude::*;
 
-use crate::backward::block_pair::row_stat;
+use crate::primitives::tile_io::row_stat;
 use crate::backward::config::MmaGradientConfig;
 
 /// The lse and delta of one query row, on their way to the stats tiles.
