@@ -16,6 +16,15 @@ use cubecl::prelude::*;
 use super::chunk_io::{ChunkView, PairShape, StagedPair, fetch_pair, staged_pair, store_pair};
 use super::chunk_io::{CHUNK as MMA_CHUNK, tile_chunks, tile_stride};
 
+/// The two chunked tensors a stream reads, with their views for this cube's (batch, head).
+#[derive(CubeType)]
+pub struct PairSource<F: Float, N: Size> {
+    pub first: Tensor<Vector<F, N>>,
+    pub first_view: ChunkView,
+    pub second: Tensor<Vector<F, N>>,
+    pub second_view: ChunkView,
+}
+
 /// Per-cube state of a stream and its two steps (see the module doc).
 #[cube]
 pub trait PairStream: Send + Sync + 'static {
@@ -25,13 +34,9 @@ pub trait PairStream: Send + Sync + 'static {
 
     /// Starts loading rows `[first_row, first_row + shape.rows)` of both tensors, for tile rows
     /// `[tile_row, tile_row + shape.rows)` of the two tiles.
-    #[allow(clippy::too_many_arguments)]
     fn start<F: Float, N: Size>(
         state: &mut Self::State<F, N>,
-        first: &Tensor<Vector<F, N>>,
-        first_view: &ChunkView,
-        second: &Tensor<Vector<F, N>>,
-        second_view: &ChunkView,
+        source: &PairSource<F, N>,
         first_tile: &mut SharedMemory<Vector<F, N>>,
         second_tile: &mut SharedMemory<Vector<F, N>>,
         first_row: u32,
@@ -67,10 +72,7 @@ impl PairStream for Staged {
 
     fn start<F: Float, N: Size>(
         state: &mut StagedPair<F, N>,
-        first: &Tensor<Vector<F, N>>,
-        first_view: &ChunkView,
-        second: &Tensor<Vector<F, N>>,
-        second_view: &ChunkView,
+        source: &PairSource<F, N>,
         _first_tile: &mut SharedMemory<Vector<F, N>>,
         _second_tile: &mut SharedMemory<Vector<F, N>>,
         first_row: u32,
@@ -78,10 +80,10 @@ impl PairStream for Staged {
         #[comptime] shape: PairShape,
     ) {
         fetch_pair::<F, N>(
-            first,
-            first_view,
-            second,
-            second_view,
+            &source.first,
+            &source.first_view,
+            &source.second,
+            &source.second_view,
             state,
             first_row,
             shape,
@@ -116,10 +118,7 @@ impl PairStream for AsyncCopy {
 
     fn start<F: Float, N: Size>(
         _state: &mut Shared<Barrier>,
-        first: &Tensor<Vector<F, N>>,
-        first_view: &ChunkView,
-        second: &Tensor<Vector<F, N>>,
-        second_view: &ChunkView,
+        source: &PairSource<F, N>,
         first_tile: &mut SharedMemory<Vector<F, N>>,
         second_tile: &mut SharedMemory<Vector<F, N>>,
         first_row: u32,
@@ -127,8 +126,8 @@ impl PairStream for AsyncCopy {
         #[comptime] shape: PairShape,
     ) {
         copy_rows_async::<F, N>(
-            first,
-            first_view,
+            &source.first,
+            &source.first_view,
             first_tile,
             first_row,
             tile_row,
@@ -137,8 +136,8 @@ impl PairStream for AsyncCopy {
             shape.units,
         );
         copy_rows_async::<F, N>(
-            second,
-            second_view,
+            &source.second,
+            &source.second_view,
             second_tile,
             first_row,
             tile_row,

@@ -6,12 +6,12 @@ use core::marker::PhantomData;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
-use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
+use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
 };
-use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
+use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
@@ -133,14 +133,16 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     // with its lse and delta (through registers, into the stats tiles beside Q and dO).
     let first_row = first_query_row(kv_start, &params, config.score);
     let inputs = QueryInputs::<F, M, N> {
-        q: *q,
-        d_out: *d_out,
+        q_dout: PairSource::<F, N> {
+            first: *q,
+            first_view: q_view,
+            second: *d_out,
+            second_view: d_out_view,
+        },
         lse: *lse,
         delta: *delta,
         mask: *mask,
         bias: *bias,
-        q_view,
-        d_out_view,
         params,
         tensors,
         batch,
@@ -201,14 +203,12 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
 /// and this lane's place (`key_row`: its first key row inside the (batch, head)).
 #[derive(CubeType)]
 struct QueryInputs<F: Float, M: Int, N: Size> {
-    q: Tensor<Vector<F, N>>,
-    d_out: Tensor<Vector<F, N>>,
+    /// Q and dO.
+    q_dout: PairSource<F, N>,
     lse: Tensor<f32>,
     delta: Tensor<f32>,
     mask: Tensor<M>,
     bias: Tensor<F>,
-    q_view: ChunkView,
-    d_out_view: ChunkView,
     params: ScoreParams,
     tensors: ScoreTensors,
     batch: u32,
@@ -254,10 +254,7 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
         let q_start = block * config.block_q;
         S::start::<F, N>(
             &mut state.stream,
-            &inputs.q,
-            &inputs.q_view,
-            &inputs.d_out,
-            &inputs.d_out_view,
+            &inputs.q_dout,
             &mut state.tiles.q,
             &mut state.tiles.d_out,
             q_start,

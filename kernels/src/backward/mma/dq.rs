@@ -6,12 +6,12 @@ use core::marker::PhantomData;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
-use crate::primitives::chunk_io::{ChunkView, chunk_view, copy_rows};
+use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
 };
-use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
+use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
@@ -137,12 +137,14 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         config.score,
     );
     let inputs = KeyInputs::<F, M, N> {
-        k: *k,
-        v: *v,
+        kv: PairSource::<F, N> {
+            first: *k,
+            first_view: k_view,
+            second: *v,
+            second_view: v_view,
+        },
         mask: *mask,
         bias: *bias,
-        k_view,
-        v_view,
         params,
         tensors,
         stats,
@@ -193,12 +195,10 @@ struct RowStats {
 /// `plane_kv_end`: where the keys its plane's rows see end).
 #[derive(CubeType)]
 struct KeyInputs<F: Float, M: Int, N: Size> {
-    k: Tensor<Vector<F, N>>,
-    v: Tensor<Vector<F, N>>,
+    /// K and V.
+    kv: PairSource<F, N>,
     mask: Tensor<M>,
     bias: Tensor<F>,
-    k_view: ChunkView,
-    v_view: ChunkView,
     params: ScoreParams,
     tensors: ScoreTensors,
     stats: RowStats,
@@ -236,10 +236,7 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KeyBlocks<F, M, S, 
     ) {
         S::start::<F, N>(
             &mut state.stream,
-            &inputs.k,
-            &inputs.k_view,
-            &inputs.v,
-            &inputs.v_view,
+            &inputs.kv,
             &mut state.tiles.k,
             &mut state.tiles.v,
             block * config.block_kv,

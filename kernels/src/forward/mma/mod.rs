@@ -31,12 +31,12 @@ use core::marker::PhantomData;
 use crate::config::{MATRIX_TILE, MmaConfig};
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first, rows_kv_end};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, Masking, StreamSchedule, Streams, stream_blocks};
-use crate::primitives::chunk_io::{ChunkView, chunk_tile, chunk_view, copy_rows};
+use crate::primitives::chunk_io::{chunk_tile, chunk_view, copy_rows};
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
     load_b_by_rows, mma_tile_pair, quad_sum, zero_accumulators,
 };
-use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
+use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score_tensors};
 
 use super::ForwardArgs;
@@ -152,12 +152,14 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let plane_kv_end = rows_kv_end(q_start + plane_row, plane_rows, &params, config.score);
     let first_row = q_start + plane_row + lane.group;
     let inputs = KvInputs::<F, M, N> {
-        k: *k,
-        v: *v,
+        kv: PairSource::<F, N> {
+            first: *k,
+            first_view: k_view,
+            second: *v,
+            second_view: v_view,
+        },
         mask: *mask,
         bias: *bias,
-        k_view,
-        v_view,
         params,
         tensors,
         plane_kv_end,
@@ -215,12 +217,10 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
 /// keys its plane's rows see end).
 #[derive(CubeType)]
 struct KvInputs<F: Float, M: Int, N: Size> {
-    k: Tensor<Vector<F, N>>,
-    v: Tensor<Vector<F, N>>,
+    /// K and V.
+    kv: PairSource<F, N>,
     mask: Tensor<M>,
     bias: Tensor<F>,
-    k_view: ChunkView,
-    v_view: ChunkView,
     params: ScoreParams,
     tensors: ScoreTensors,
     plane_kv_end: u32,
@@ -258,10 +258,7 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
     ) {
         S::start::<F, N>(
             &mut state.stream,
-            &inputs.k,
-            &inputs.k_view,
-            &inputs.v,
-            &inputs.v_view,
+            &inputs.kv,
             &mut state.tiles.k,
             &mut state.tiles.v,
             block * config.block_kv,
