@@ -122,6 +122,15 @@ impl ForwardConfig {
             ForwardConfig::Mma(c) => c.score,
         }
     }
+
+    /// Whether the kernel normalizes with the quiet softmax.
+    pub fn quiet_softmax(&self) -> bool {
+        match self {
+            ForwardConfig::Portable(c) => c.quiet_softmax,
+            ForwardConfig::Matrix(c) => c.quiet_softmax,
+            ForwardConfig::Mma(c) => c.quiet_softmax,
+        }
+    }
 }
 
 /// How the portable and matrix kernels split a block of query rows over the cube's units
@@ -137,6 +146,8 @@ pub struct RowSplit {
     pub out_cols_per_unit: u32,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
+    /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
+    pub quiet_softmax: bool,
     pub score: ScoreOptions,
 }
 
@@ -162,6 +173,8 @@ pub struct PortableConfig {
     pub precise_math: bool,
     /// How q·k is summed (f64 or compensated f32 for f32 outputs).
     pub dot: DotSum,
+    /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
+    pub quiet_softmax: bool,
     pub score: ScoreOptions,
 }
 
@@ -217,6 +230,7 @@ impl SplitsRows for PortableConfig {
             units_per_row: self.units_per_row,
             out_cols_per_unit: self.out_cols_per_unit(),
             precise_math: self.precise_math,
+            quiet_softmax: self.quiet_softmax,
             score: self.score,
         }
     }
@@ -240,6 +254,8 @@ pub struct MatrixConfig {
     pub elem_bytes: u32,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
+    /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
+    pub quiet_softmax: bool,
     pub score: ScoreOptions,
 }
 
@@ -300,6 +316,7 @@ impl SplitsRows for MatrixConfig {
             units_per_row: self.units_per_row(),
             out_cols_per_unit: self.out_cols_per_unit(),
             precise_math: self.precise_math,
+            quiet_softmax: self.quiet_softmax,
             score: self.score,
         }
     }
@@ -325,6 +342,8 @@ pub struct MmaConfig {
     /// With two buffers: the next key/value block arrives by `cp.async` (see
     /// `primitives::pair_stream`) instead of through registers.
     pub async_kv: bool,
+    /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
+    pub quiet_softmax: bool,
     pub score: ScoreOptions,
 }
 

@@ -65,6 +65,10 @@ pub struct AttentionProblem {
     pub mask: Option<MaskKind>,
     /// An additive bias is given; it is added after masking.
     pub has_bias: bool,
+    /// Quiet softmax (burn's `quiet_softmax`, "softmax1"): `exp(s_j) / (1 + sum_k exp(s_k))`,
+    /// as if every row had one more key of logit 0 and value 0. A fully masked row then has
+    /// output 0 and log-sum-exp 0 (`ln 1`).
+    pub quiet_softmax: bool,
 }
 
 impl AttentionProblem {
@@ -199,6 +203,7 @@ impl AttentionProblem {
             causal,
             mask: mask.map(|_| mask_kind),
             has_bias: bias.is_some(),
+            quiet_softmax: false,
         };
         problem.validate()?;
         Ok(problem)

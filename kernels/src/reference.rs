@@ -119,13 +119,17 @@ fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<
 
 /// Two-pass softmax of one row: `P` and the row's log-sum-exp. A fully masked row gives P = 0
 /// and lse = +inf (so that exp(s - lse) = 0 for every s).
-fn softmax_row(row: &[Option<f64>], prec: Precision) -> (Vec<f64>, f64) {
-    let max = row.iter().flatten().copied().fold(f64::NEG_INFINITY, f64::max);
-    if max == f64::NEG_INFINITY {
+fn softmax_row(row: &[Option<f64>], quiet: bool, prec: Precision) -> (Vec<f64>, f64) {
+    let mut max = row.iter().flatten().copied().fold(f64::NEG_INFINITY, f64::max);
+    if quiet {
+        // One more term exp(0): the reference max(max, 0) keeps every term <= 1.
+        max = max.max(0.0);
+    } else if max == f64::NEG_INFINITY {
         return (vec![0.0; row.len()], f64::INFINITY);
     }
     let exp = |s: f64| prec.exp(prec.arith(s - max));
-    let sum = prec.sum(row.iter().flatten().map(|&s| exp(s)));
+    let extra = if quiet { exp(0.0) } else { 0.0 };
+    let sum = prec.arith(extra + prec.sum(row.iter().flatten().map(|&s| exp(s))));
     let p = row.iter().map(|s| s.map_or(0.0, |s| prec.round(prec.arith(exp(s) / sum)))).collect();
     (p, prec.arith(max + prec.ln(sum)))
 }
@@ -137,7 +141,7 @@ pub fn forward(p: &AttentionProblem, x: &Inputs, prec: Precision) -> Forward {
     for bh in 0..p.heads_total() {
         let (s, _) = logits(p, x, bh, prec);
         for i in 0..sq {
-            let (prob, row_lse) = softmax_row(&s[i * skv..(i + 1) * skv], prec);
+            let (prob, row_lse) = softmax_row(&s[i * skv..(i + 1) * skv], p.quiet_softmax, prec);
             lse[bh * sq + i] = row_lse;
             for c in 0..dv {
                 let acc = prec.sum((0..skv).map(|j| prob[j] * x.v[(bh * skv + j) * dv + c]));
@@ -160,7 +164,7 @@ pub fn backward(p: &AttentionProblem, x: &Inputs, d_out: &[f64], prec: Precision
         let (s, tanh) = logits(p, x, bh, prec);
         for i in 0..sq {
             let row = bh * sq + i;
-            let (prob, _) = softmax_row(&s[i * skv..(i + 1) * skv], prec);
+            let (prob, _) = softmax_row(&s[i * skv..(i + 1) * skv], p.quiet_softmax, prec);
             delta[row] = prec.sum((0..dv).map(|c| d_out[row * dv + c] * fwd.o[row * dv + c]));
             for j in 0..skv {
                 let kv_row = bh * skv + j;

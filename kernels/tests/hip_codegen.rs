@@ -50,6 +50,7 @@ struct Options {
     mask: Option<MaskKind>,
     bias: bool,
     softcap: bool,
+    quiet: bool,
 }
 
 const PLAIN: Options = Options {
@@ -57,6 +58,7 @@ const PLAIN: Options = Options {
     mask: None,
     bias: false,
     softcap: false,
+    quiet: false,
 };
 
 fn all_on(mask: MaskKind) -> Options {
@@ -65,6 +67,15 @@ fn all_on(mask: MaskKind) -> Options {
         mask: Some(mask),
         bias: true,
         softcap: true,
+        quiet: false,
+    }
+}
+
+/// Every logit option and the quiet softmax (a forward-only variant: the backward is the same).
+fn all_on_quiet() -> Options {
+    Options {
+        quiet: true,
+        ..all_on(MaskKind::U32)
     }
 }
 
@@ -79,6 +90,7 @@ fn every_option() -> Vec<Options> {
                         mask,
                         bias,
                         softcap,
+                        quiet: false,
                     });
                 }
             }
@@ -101,21 +113,23 @@ fn problem(
         causal: o.causal,
         mask: o.mask,
         has_bias: o.bias,
+        quiet_softmax: o.quiet,
         ..support::problem(dtype, head_dim, val_dim, seq_q, seq_kv)
     }
 }
 
 /// The problem grid, and the part of it whose variants are compiled offline: at long
-/// sequences no options and all of them (u8 and u32 masks) for every dtype and head dim, and
+/// sequences no options, all of them (u8 and u32 masks) and all with the quiet softmax for
+/// every dtype and head dim, and
 /// the block-size sweep of one head dim.
 fn grid() -> (Vec<AttentionProblem>, Vec<AttentionProblem>) {
     let (mut checked, mut compiled) = (Vec::new(), Vec::new());
     for dtype in DTYPES {
         for dims in DIMS {
-            for options in every_option() {
+            for options in every_option().into_iter().chain([all_on_quiet()]) {
                 checked.push(problem(LONG, LONG, dims, dtype, options));
             }
-            for options in [PLAIN, all_on(MaskKind::U8), all_on(MaskKind::U32)] {
+            for options in [PLAIN, all_on(MaskKind::U8), all_on(MaskKind::U32), all_on_quiet()] {
                 compiled.push(problem(LONG, LONG, dims, dtype, options));
             }
             for seq_q in SWEEP {

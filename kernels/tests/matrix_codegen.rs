@@ -46,6 +46,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         causal: true,
         mask: Some(MaskKind::U8),
         has_bias: true,
+        quiet_softmax: true,
         ..p
     };
     let cases = [

@@ -71,6 +71,7 @@ fn mma_path_expands_to_cuda_for_h200_configs() {
         causal: true,
         mask: Some(MaskKind::U8),
         has_bias: true,
+        quiet_softmax: true,
         ..p
     };
     let cases = [

@@ -77,10 +77,11 @@ fn problem() -> impl Strategy<Value = AttentionProblem> {
             proptest::option::of(0.5f64..50.0),
             any::<bool>(),
             proptest::option::of(-2.0f64..2.0),
+            any::<bool>(),
         ),
     )
         .prop_map(|((batch, num_heads, seq_q, seq_kv, head_dim, val_dim, dtype), options)| {
-            let (mask, has_bias, softcap, causal, scale) = options;
+            let (mask, has_bias, softcap, causal, scale, quiet_softmax) = options;
             AttentionProblem {
                 batch,
                 num_heads,
@@ -94,6 +95,7 @@ fn problem() -> impl Strategy<Value = AttentionProblem> {
                 causal,
                 mask,
                 has_bias,
+                quiet_softmax,
             }
         })
 }
@@ -116,6 +118,7 @@ fn check_forward(device: &Device, p: &AttentionProblem, layout: Layout, config: 
     check_cube(device, "forward", config.units(), config.shared_memory_bytes())?;
     prop_assert_eq!(config.dims(), (p.head_dim as u32, p.val_dim as u32));
     prop_assert_eq!(config.score(), p.score_options());
+    prop_assert_eq!(config.quiet_softmax(), p.quiet_softmax);
     prop_assert!(config.block_q() > 0 && config.block_kv() > 0);
     match config.path() {
         ForwardPath::Mma => {
@@ -247,6 +250,7 @@ fn tunings_the_kernels_cannot_take_are_typed_errors() {
         causal: true,
         mask: None,
         has_bias: false,
+        quiet_softmax: false,
     };
     let tuned = |tuning: Tuning| plan(&p, &caps, Layout::CHUNKED, &tuning, Passes::ForwardBackward);
     let rows32 = "4,32,32".parse().expect("valid text");

@@ -22,6 +22,7 @@ fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
         causal: true,
         mask: None,
         has_bias: false,
+        quiet_softmax: false,
     }
 }
 

@@ -115,6 +115,7 @@ impl Case {
             causal: self.options.is_causal,
             mask: self.mask.then_some(MaskKind::U32),
             has_bias: self.bias,
+            quiet_softmax: false,
         }
     }
 

@@ -199,6 +199,7 @@ fn f64_model(p: &Params, x: &[f64], target: &[f64]) -> (Vec<f64>, f64, Params) {
         causal: true,
         mask: None,
         has_bias: false,
+        quiet_softmax: false,
     };
     let d = D_MODEL;
     let qkv = linear(x, &p[0], &p[1], d, 3 * d);

@@ -13,7 +13,8 @@ use crate::primitives::tile_io::{HeadView, head_view};
 
 
 /// Normalizes this unit's O columns `lane + c * lanes` (c < `cols`, column < `val_dim`) of
-/// query row `row` once, writes them, and writes the row's lse from lane 0.
+/// query row `row` once, writes them, and writes the row's lse from lane 0 (`quiet`: of the
+/// quiet softmax).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_outputs<F: Float>(
@@ -29,8 +30,13 @@ pub(crate) fn write_outputs<F: Float>(
     #[comptime] val_dim: u32,
     #[comptime] cols: u32,
     #[comptime] precise: bool,
+    #[comptime] quiet: bool,
 ) {
-    let normalizer = softmax.normalizer();
+    let normalizer = if comptime!(quiet) {
+        softmax.quiet_normalizer(precise)
+    } else {
+        softmax.normalizer()
+    };
     let o_row =
         batch as usize * o.stride(0) + head as usize * o.stride(1) + row as usize * o.stride(2);
     #[unroll]
@@ -44,7 +50,11 @@ pub(crate) fn write_outputs<F: Float>(
         let at = batch as usize * lse.stride(0)
             + head as usize * lse.stride(1)
             + row as usize * lse.stride(2);
-        lse[at] = softmax.lse(precise);
+        lse[at] = if comptime!(quiet) {
+            softmax.quiet_lse(precise)
+        } else {
+            softmax.lse(precise)
+        };
     }
 }
 
@@ -249,6 +259,7 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
             split.val_dim,
             split.out_cols_per_unit,
             split.precise_math,
+            split.quiet_softmax,
         );
     }
 }

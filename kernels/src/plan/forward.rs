@@ -258,6 +258,7 @@ fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Port
             (true, true) => DotSum::Wide,
             (true, false) => DotSum::Compensated,
         },
+        quiet_softmax: problem.quiet_softmax,
         score: problem.score_options(),
     };
     let max_kv = useful_block(problem.seq_kv);
@@ -299,6 +300,7 @@ fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Matrix
             plane_size,
             elem_bytes: problem.dtype.size() as u32,
             precise_math: precise_math(problem.dtype),
+            quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))

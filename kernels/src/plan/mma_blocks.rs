@@ -58,6 +58,7 @@ impl MmaBlocks {
             val_dim: problem.val_dim as u32,
             kv_buffers: self.buffers,
             async_kv: self.async_copy && self.buffers == 2 && caps.copy_async(),
+            quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
         }
     }

@@ -20,6 +20,14 @@ pub struct OnlineSoftmax {
     pub row_sum: f32,
 }
 
+/// See [`OnlineSoftmax::quiet_terms`].
+#[derive(CubeType, Clone, Copy)]
+struct QuietTerms {
+    reference: f32,
+    factor: f32,
+    sum: f32,
+}
+
 #[cube]
 impl OnlineSoftmax {
     /// Nothing seen yet: the max is the masked sentinel, the sum 0.
@@ -99,6 +107,33 @@ impl OnlineSoftmax {
     /// fully masked row (its output is 0, not NaN).
     pub fn normalizer(&self) -> f32 {
         select(self.row_sum > 0.0f32, 1.0f32 / self.row_sum, 0.0f32)
+    }
+
+    /// The quiet softmax ("softmax1", `exp(s) / (1 + sum exp(s))`): its denominator against the
+    /// reference `max(row_max, 0)`, so that no term exceeds 1, and the factor
+    /// `exp(row_max - reference)` that brings the accumulators (kept against `row_max`) to it.
+    /// A fully masked row has denominator 1 at reference 0 and factor 0.
+    fn quiet_terms(&self, #[comptime] precise: bool) -> QuietTerms {
+        let reference = max(self.row_max, 0.0f32);
+        let factor = exp_f32(self.row_max - reference, precise);
+        QuietTerms {
+            reference,
+            factor,
+            sum: fma(self.row_sum, factor, exp_f32(-reference, precise)),
+        }
+    }
+
+    /// [`Self::normalizer`] of the quiet softmax: `factor / denominator` (0 for a fully masked
+    /// row, whose accumulators are 0 anyway). Call after the last block, `row_max` in logits.
+    pub fn quiet_normalizer(&self, #[comptime] precise: bool) -> f32 {
+        let terms = self.quiet_terms(precise);
+        terms.factor / terms.sum
+    }
+
+    /// [`Self::lse`] of the quiet softmax: `ln(1 + sum exp(s))`, 0 for a fully masked row.
+    pub fn quiet_lse(&self, #[comptime] precise: bool) -> f32 {
+        let terms = self.quiet_terms(precise);
+        terms.reference + ln_f32(terms.sum, precise)
     }
 
     /// Natural-log log-sum-exp of the row; [`FULLY_MASKED_LSE`] for a fully masked row.

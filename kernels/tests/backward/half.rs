@@ -51,6 +51,11 @@ fn half_sweep_mma_shapes_and_options() {
         Case::new(BF16, 256, 256, 128).causal(),
         Case::new(F16, 100, 64, 16).scale(-0.4).causal(),
         Case::new(BF16, 64, 300, 32).heads(3, 1),
+        Case::new(BF16, 203, 113, 64).quiet().causal(),
+        Case::new(F16, 77, 90, 128)
+            .quiet()
+            .mask(MaskPattern::RandomWithMaskedRows)
+            .bias(),
     ]);
 }
 

@@ -52,3 +52,15 @@ fn f32_fully_masked_rows_give_zero_gradients() {
     ]);
 }
 
+/// Quiet softmax: alone, with fully masked rows and bias, with rows that see no key (causal,
+/// seq_q > seq_kv) and softcap. The backward is the usual one on the quiet lse.
+#[test]
+fn f32_quiet_softmax() {
+    run_cases(&[
+        Case::new(F32, 113, 203, 64).quiet(),
+        Case::new(F32, 37, 29, 16).quiet().mask(MaskPattern::RandomWithMaskedRows).bias(),
+        Case::new(F32, 203, 113, 48).quiet().causal().softcap(3.0),
+        // Three keys: row maxima below 0, where the quiet term dominates.
+        Case::new(F32, 20, 3, 64).quiet(),
+    ]);
+}

@@ -83,6 +83,10 @@ impl Case {
     pub(crate) fn bias(self) -> Self {
         self.with(Attention::bias)
     }
+    /// Quiet softmax: `exp(s) / (1 + sum exp(s))`.
+    pub(crate) fn quiet(self) -> Self {
+        self.with(Attention::quiet)
+    }
     /// `[b, s, h, d]` storage viewed as `[b, h, s, d]`, rows padded (mask and bias too).
     pub(crate) fn strided(self) -> Self {
         self.with(Attention::transposed_padded)

@@ -1,4 +1,5 @@
-//! Cases on options: scale, softcap, mask, bias, causal, fully masked rows, and combinations.
+//! Cases on options: scale, softcap, mask, bias, causal, quiet softmax, fully masked rows, and
+//! combinations.
 
 use burn_flash_attn_kernels::FloatKind::{BF16, F16, F32};
 
@@ -49,6 +50,19 @@ forward_cases! {
     f16_masked_rows_causal_hd64_q203_kv113: case(F16, 64, 203, 113).masked_rows().causal();
     f32_masked_rows_softcap_hd32_q30_kv7: case(F32, 32, 30, 7).masked_rows().softcap(1.0);
     f32_causal_all_but_last_rows_hd64_q300_kv3: case(F32, 64, 300, 3).causal();
+    // Quiet softmax alone and with the others: fully masked rows (output 0, lse 0), rows that
+    // see no key (causal, seq_q > seq_kv), large logits (softcap 30 with a scale of 1).
+    f32_quiet_hd64_q113_kv203: case(F32, 64, 113, 203).quiet();
+    f16_quiet_hd64_q113_kv203: case(F16, 64, 113, 203).quiet();
+    bf16_quiet_hd64_q113_kv203: case(BF16, 64, 113, 203).quiet();
+    f32_quiet_masked_rows_hd64_q113_kv203: case(F32, 64, 113, 203).quiet().masked_rows();
+    f16_quiet_causal_hd64_q203_kv113: case(F16, 64, 203, 113).quiet().causal();
+    f32_quiet_causal_hd64_q203_kv113: case(F32, 64, 203, 113).quiet().causal();
+    f16_quiet_causal_hd64_q113_kv203: case(F16, 64, 113, 203).quiet().causal();
+    f32_quiet_causal_hd64_q300_kv3: case(F32, 64, 300, 3).quiet().causal();
+    f32_quiet_large_logits_hd32_q50_kv60: case(F32, 32, 50, 60).quiet().scale(1.0).softcap(30.0);
+    f32_quiet_all_options_hd33_dv80_q77_kv203: case(F32, 33, 77, 203).val_dim(80).quiet().scale(0.4).softcap(2.0).mask().bias().causal();
+    f16_quiet_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).quiet().softcap(2.0).masked_rows().bias().causal();
     // Options combined.
     f32_causal_mask_hd64_q113_kv203: case(F32, 64, 113, 203).causal().mask();
     f16_causal_mask_hd64_q203_kv113: case(F16, 64, 203, 113).causal().mask();

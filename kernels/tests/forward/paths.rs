@@ -14,6 +14,7 @@ forward_cases! {
     f16_matrix_hd256_q113_kv203: case(F16, 256, 113, 203).matrix();
     f16_matrix_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
     f16_matrix_masked_rows_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().masked_rows();
+    f16_matrix_quiet_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).matrix().quiet().softcap(2.0).masked_rows().bias().causal();
     f16_matrix_strided_hd96_q113_kv203: case(F16, 96, 113, 203).heads(2, 2).matrix().strided();
     bf16_matrix_hd64_q113_kv203: case(BF16, 64, 113, 203).matrix();
     bf16_matrix_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().causal();
@@ -29,5 +30,7 @@ forward_cases! {
     f16_mma_all_options_hd64_q203_kv113: case(F16, 64, 203, 113).mma().softcap(2.0).mask().bias().causal();
     bf16_mma_all_options_u8_hd96_q113_kv203: case(BF16, 96, 113, 203).heads(2, 2).mma().softcap(2.0).mask_u8().bias().causal();
     f16_mma_masked_rows_hd64_q113_kv203: case(F16, 64, 113, 203).mma().masked_rows();
+    f16_mma_quiet_hd64_q113_kv203: case(F16, 64, 113, 203).mma().quiet();
+    bf16_mma_quiet_all_options_hd128_q203_kv113: case(BF16, 128, 203, 113).mma().quiet().softcap(2.0).masked_rows().bias().causal();
     bf16_mma_broadcast_mask_bias_b2_h3_hd32_q50_kv70: case(BF16, 32, 50, 70).heads(2, 3).broadcast().mask().bias().mma();
 }

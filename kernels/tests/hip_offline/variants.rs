@@ -63,9 +63,10 @@ impl Variant {
         let mask = format!("{:?}", self.mask).to_lowercase();
         match self.kernel {
             KernelConfig::Forward(c) => format!(
-                "fwd-{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
+                "fwd-{}_{dtype}_{mask}_{}{}_hd{}-dv{}_bq{}-bkv{}_u{}",
                 c.path().name(),
                 options_tag(c.score()),
+                if c.quiet_softmax() { "-quiet" } else { "" },
                 c.dims().0,
                 c.dims().1,
                 c.block_q(),

@@ -39,6 +39,7 @@ pub fn problem(
         causal: false,
         mask: None,
         has_bias: false,
+        quiet_softmax: false,
     }
 }
 
@@ -101,6 +102,8 @@ pub struct Case {
     pub softcap: Option<f64>,
     /// `None`: the default 1/sqrt(head_dim).
     pub scale: Option<f64>,
+    /// Quiet softmax (`exp(s) / (1 + sum exp(s))`).
+    pub quiet: bool,
     pub layout: CaseLayout,
 }
 
@@ -119,6 +122,7 @@ impl Case {
             bias: false,
             softcap: None,
             scale: None,
+            quiet: false,
             layout: CaseLayout::Contiguous,
         }
     }
@@ -153,6 +157,9 @@ impl Case {
     }
     pub fn bias(self) -> Self {
         Case { bias: true, ..self }
+    }
+    pub fn quiet(self) -> Self {
+        Case { quiet: true, ..self }
     }
     pub fn softcap(self, cap: f64) -> Self {
         Case {
@@ -193,6 +200,7 @@ impl Case {
         for (on, tag) in [
             (self.causal, "_causal"),
             (self.bias, "_bias"),
+            (self.quiet, "_quiet"),
             (self.layout == CaseLayout::Transposed, "_strided"),
             (self.layout == CaseLayout::TransposedPadded, "_padded"),
         ] {
@@ -228,6 +236,7 @@ impl Case {
             causal: self.causal,
             mask: self.mask.map(|(_, kind)| kind),
             has_bias: self.bias,
+            quiet_softmax: self.quiet,
             ..one_head
         }
     }

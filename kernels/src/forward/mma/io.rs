@@ -26,7 +26,11 @@ pub(super) fn write_row<F: Float>(
 ) {
     if row < seq_q {
         let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
-        let normalizer = softmax.normalizer();
+        let normalizer = if comptime!(config.quiet_softmax) {
+            softmax.quiet_normalizer(false)
+        } else {
+            softmax.normalizer()
+        };
         store_accumulator_row::<F>(
             o,
             acc,
@@ -42,7 +46,11 @@ pub(super) fn write_row<F: Float>(
             let at = batch as usize * lse.stride(0)
                 + head as usize * lse.stride(1)
                 + row as usize * lse.stride(2);
-            lse[at] = softmax.lse(false);
+            lse[at] = if comptime!(config.quiet_softmax) {
+                softmax.quiet_lse(false)
+            } else {
+                softmax.lse(false)
+            };
         }
     }
 }
