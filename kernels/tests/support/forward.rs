@@ -7,7 +7,8 @@ use burn_flash_attn_kernels::plan::ForwardPlan;
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind};
 use burn_flash_attn_kernels::reference::{self, Precision};
 
-use super::case::{Case, DeviceCase, HostData, POISON, forward_outputs, supported};
+use super::backward_run::{DeviceCase, HostData, forward_outputs};
+use super::case::{Case, POISON, supported};
 use super::compare::{check_forward, precision, run_all};
 use super::device::{DeviceTensor, Elem, filled, read};
 use super::runtime::{Client, TestRuntime, client};

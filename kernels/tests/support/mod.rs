@@ -9,12 +9,14 @@
 //! - [`inputs`]: the seed policy (a seed derived from the test or case name, `FLASH_TEST_SEED`
 //!   overrides it) and seeded random values and masks;
 //! - [`compare`]: the f64 oracle comparison under the FlashAttention tolerance rule;
-//! - [`case`]: the attention case (shape, options, layout) and its backward run;
+//! - [`case`]: the attention case (shape, options, layout);
+//! - [`backward_run`]: a case's seeded data, device tensors and backward run against the oracle;
 //! - [`forward`]: the forward run of a [`Case`] through any launcher;
 //! - [`planning`]: plans with the tests' tuning flags; [`cuda_codegen`]: device-free CUDA C++.
 // Each binary uses part of the tree.
 #![allow(dead_code, unused_imports)]
 
+pub mod backward_run;
 pub mod case;
 pub mod compare;
 pub mod cuda_codegen;
@@ -24,6 +26,7 @@ pub mod inputs;
 pub mod planning;
 pub mod runtime;
 
+pub use backward_run::*;
 pub use case::*;
 pub use compare::*;
 pub use device::*;
