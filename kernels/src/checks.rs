@@ -119,17 +119,20 @@ pub(crate) fn optional_args<R: Runtime>(
 }
 
 /// Checks that a kernel configuration was planned for this problem: the dtype it was planned
-/// for, the exact dims and the comptime logit options it compiles in.
+/// for, the exact dims, the comptime logit options it compiles in and its softmax (`quiet`:
+/// quiet or not; the gradient kernels are the same for both and pass the problem's).
 pub(crate) fn check_plan_for(
     problem: &AttentionProblem,
     dtype: FloatKind,
     dims: (u32, u32),
     score: ScoreOptions,
+    quiet: bool,
     plan: &dyn core::fmt::Display,
 ) -> Result<(), FlashError> {
     let for_problem = dtype == problem.dtype
         && dims == (problem.head_dim as u32, problem.val_dim as u32)
-        && score == problem.score_options();
+        && score == problem.score_options()
+        && quiet == problem.quiet_softmax;
     if for_problem {
         Ok(())
     } else {

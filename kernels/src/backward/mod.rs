@@ -93,7 +93,7 @@ pub fn flash_attention_backward<R: Runtime>(
     let layout = tensors.layout(problem.dtype);
     for gradient in [&plan.dkdv, &plan.dq] {
         let config = gradient.config;
-        check_plan_for(problem, plan.dtype, config.dims(), config.score(), gradient)?;
+        check_plan_for(problem, plan.dtype, config.dims(), config.score(), problem.quiet_softmax, gradient)?;
         let mma = config.path() == BackwardPath::Mma;
         check_plan_fits(client, config.shared_memory_bytes(), config.units(), mma, layout)?;
     }

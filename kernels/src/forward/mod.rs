@@ -95,10 +95,7 @@ pub fn flash_attention_forward<R: Runtime>(
     ];
     check_shapes(problem, &expected, tensors.mask.is_some(), tensors.bias.is_some())?;
     let config = plan.config;
-    check_plan_for(problem, plan.dtype, config.dims(), config.score(), plan)?;
-    if config.quiet_softmax() != problem.quiet_softmax {
-        return Err(FlashError::Device(format!("the plan ({plan}) is not for {problem:?}")));
-    }
+    check_plan_for(problem, plan.dtype, config.dims(), config.score(), config.quiet_softmax(), plan)?;
     let layout = tensors.layout(problem.dtype);
     check_plan_fits(client, config.shared_memory_bytes(), config.units(), plan.needs_chunked_rows(), layout)?;
     let launch = Launch {

@@ -11,15 +11,8 @@
 //! masked pass.
 use cubecl::prelude::*;
 
+use super::block_stream::BlockSpan;
 use super::score::{ScoreOptions, ScoreParams};
-
-/// Key/value blocks `[0, end)` are visited; `[0, first_masked)` take the unmasked pass and
-/// `[first_masked, end)` the masked pass (`first_masked <= end`).
-#[derive(CubeType, Clone, Copy)]
-pub struct KvBlockRange {
-    pub first_masked: u32,
-    pub end: u32,
-}
 
 /// `clamp(row + 1 + seq_kv - seq_q, 0, seq_kv)` without unsigned underflow.
 #[cube]
@@ -47,7 +40,8 @@ pub fn rows_kv_end(
     end
 }
 
-/// The key/value blocks query block `q_block` (of `block_q` rows) visits.
+/// The key/value blocks query block `q_block` (of `block_q` rows) visits: `[0, end)`, the
+/// unmasked pass on `[0, first_masked)`, the masked pass on `[first_masked, end)`.
 #[cube]
 pub fn kv_block_range(
     q_block: u32,
@@ -55,7 +49,7 @@ pub fn kv_block_range(
     #[comptime] block_q: u32,
     #[comptime] block_kv: u32,
     #[comptime] options: ScoreOptions,
-) -> KvBlockRange {
+) -> BlockSpan {
     let q_start = q_block * block_q;
     let q_last = min(q_start + block_q, params.seq_q) - 1;
     // Blocks entirely in bounds; a partial last block needs the bounds checks.
@@ -69,7 +63,8 @@ pub fn kv_block_range(
         first_masked = 0u32;
     }
     let end = kv_end.div_ceil(block_kv);
-    KvBlockRange {
+    BlockSpan {
+        start: 0u32,
         first_masked: min(first_masked, end),
         end,
     }
@@ -102,12 +97,17 @@ pub fn kv_block_range_full_rows(
     #[comptime] block_q: u32,
     #[comptime] block_kv: u32,
     #[comptime] options: ScoreOptions,
-) -> KvBlockRange {
-    let mut range = kv_block_range(q_block, params, block_q, block_kv, options);
+) -> BlockSpan {
+    let range = kv_block_range(q_block, params, block_q, block_kv, options);
+    let mut first_masked = range.first_masked;
     if q_block * block_q + block_q > params.seq_q {
-        range.first_masked = 0u32;
+        first_masked = 0u32;
     }
-    range
+    BlockSpan {
+        start: 0u32,
+        first_masked,
+        end: range.end,
+    }
 }
 
 /// Whether some entry of the (query block, key/value block) pair starting at (`q_start`,

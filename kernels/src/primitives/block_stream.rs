@@ -48,7 +48,8 @@ pub trait Streams: Copy + core::fmt::Debug + core::hash::Hash + Eq + Send + Sync
 }
 
 /// The streamed blocks: `[start, end)`, the masked pass from `first_masked` on
-/// ([`Masking::Split`]; unused with [`Masking::PerBlock`]).
+/// ([`Masking::Split`]; with [`Masking::PerBlock`] [`BlockBody::needs_masked`] decides, reading
+/// it where it applies).
 #[derive(CubeType, Clone, Copy)]
 pub struct BlockSpan {
     pub start: u32,

@@ -158,12 +158,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         stream: S::init::<F, N>(comptime!(config.mma_inner_pair())),
         dq_acc,
     };
-    let span = BlockSpan {
-        start: 0u32,
-        first_masked: range.first_masked,
-        end: range.end,
-    };
-    stream_blocks::<KeyBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    stream_blocks::<KeyBlocks<F, M, S, N>>(&inputs, &mut state, range, config);
     let dq_acc = state.dq_acc;
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all

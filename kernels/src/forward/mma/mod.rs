@@ -105,7 +105,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * config.block_q();
-    let plane_row = UNIT_POS_Y * comptime!(row_tiles * MATRIX_TILE);
+    let plane_row = UNIT_POS_Y * config.plane_rows;
     let lane = lane();
     let k_view = chunk_view(k, batch, head);
     let v_view = chunk_view(v, batch, head);
@@ -148,8 +148,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         config.block_kv,
         config.score,
     );
-    let plane_rows = comptime!(row_tiles * MATRIX_TILE);
-    let plane_kv_end = rows_kv_end(q_start + plane_row, plane_rows, &params, config.score);
+    let plane_kv_end = rows_kv_end(q_start + plane_row, config.plane_rows, &params, config.score);
     let first_row = q_start + plane_row + lane.group;
     let inputs = KvInputs::<F, M, N> {
         kv: PairSource::<F, N> {
@@ -173,12 +172,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         stream,
         rows: Rows::new(row_tiles, val_tiles),
     };
-    let span = BlockSpan {
-        start: 0u32,
-        first_masked: range.first_masked,
-        end: range.end,
-    };
-    stream_blocks::<KvBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    stream_blocks::<KvBlocks<F, M, S, N>>(&inputs, &mut state, range, config);
     let rows = state.rows;
 
     // Step 3: the four lanes of a row group hold partial row sums; sum them, normalize once,
