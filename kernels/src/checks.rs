@@ -21,18 +21,20 @@ pub(crate) struct Shapes {
     pub o: Vec<usize>,
     pub scores: Vec<usize>,
     pub rows: Vec<usize>,
+    pub slopes: Vec<usize>,
 }
 
 impl Shapes {
     pub(crate) fn of(p: &AttentionProblem) -> Shapes {
-        let (b, h) = (p.batch, p.num_heads);
+        let (b, h, kv) = (p.batch, p.num_heads, p.num_kv_heads);
         Shapes {
             q: vec![b, h, p.seq_q, p.head_dim],
-            k: vec![b, h, p.seq_kv, p.head_dim],
-            v: vec![b, h, p.seq_kv, p.val_dim],
+            k: vec![b, kv, p.seq_kv, p.head_dim],
+            v: vec![b, kv, p.seq_kv, p.val_dim],
             o: vec![b, h, p.seq_q, p.val_dim],
             scores: vec![b, h, p.seq_q, p.seq_kv],
             rows: vec![b, h, p.seq_q],
+            slopes: vec![h],
         }
     }
 }
@@ -58,12 +60,15 @@ pub(crate) fn check_shapes<R: Runtime>(
             });
         }
     }
-    if mask != problem.mask.is_some() || bias != problem.has_bias {
+    let slopes = expected
+        .iter()
+        .any(|(what, binding, _)| *what == "alibi slopes" && binding.is_some());
+    if mask != problem.mask.is_some() || bias != problem.has_bias || slopes != problem.alibi {
         return Err(FlashError::ShapeMismatch {
             what: "optional tensors",
             detail: format!(
-                "problem says mask {:?}, bias {}; got mask {mask}, bias {bias}",
-                problem.mask, problem.has_bias
+                "problem says mask {:?}, bias {}, alibi {}; got mask {mask}, bias {bias}, alibi {slopes}",
+                problem.mask, problem.has_bias, problem.alibi
             ),
         });
     }
@@ -98,24 +103,40 @@ pub(crate) fn check_plan_fits<R: Runtime>(
     Ok(())
 }
 
-/// Binds the optional mask and bias: without a mask a 1-element u32 stand-in, without a bias
-/// q again (same element type). The kernels never read either (`has_mask` / `has_bias` are
-/// comptime false).
+/// The optional tensors of the logit transform, bound in kernel order.
+pub(crate) struct OptionalArgs<R: Runtime> {
+    pub mask: TensorArg<R>,
+    pub bias: TensorArg<R>,
+    pub slopes: TensorArg<R>,
+}
+
+/// Binds the optional mask, bias and ALiBi slopes: without a mask a 1-element u32 stand-in
+/// (rank 4), without slopes a 1-element f32 one (rank 1), without a bias q again (same element
+/// type). The kernels never read a stand-in (`has_mask` / `has_bias` / `alibi` are comptime
+/// false).
 pub(crate) fn optional_args<R: Runtime>(
     client: &ComputeClient<R>,
     mask: Option<TensorBinding<R>>,
     bias: Option<TensorBinding<R>>,
+    slopes: Option<TensorBinding<R>>,
     q: &TensorBinding<R>,
-) -> (TensorArg<R>, TensorArg<R>) {
-    let stand_in = || {
-        let handle = client.create_from_slice(u32::as_bytes(&[0u32]));
+) -> OptionalArgs<R> {
+    let stand_in = |bytes: &[u8], rank: usize| {
+        let handle = client.create_from_slice(bytes);
         // SAFETY: a 1-element tensor with 1 element of storage.
-        unsafe { TensorArg::from_raw_parts(handle, [0, 0, 0, 0].into(), [1, 1, 1, 1].into()) }
+        unsafe { TensorArg::from_raw_parts(handle, vec![0; rank].into(), vec![1; rank].into()) }
     };
-    (
-        mask.map_or_else(stand_in, TensorBinding::into_tensor_arg),
-        bias.unwrap_or_else(|| q.clone()).into_tensor_arg(),
-    )
+    OptionalArgs {
+        mask: mask.map_or_else(
+            || stand_in(u32::as_bytes(&[0u32]), 4),
+            TensorBinding::into_tensor_arg,
+        ),
+        bias: bias.unwrap_or_else(|| q.clone()).into_tensor_arg(),
+        slopes: slopes.map_or_else(
+            || stand_in(f32::as_bytes(&[0.0f32]), 1),
+            TensorBinding::into_tensor_arg,
+        ),
+    }
 }
 
 /// Checks that a kernel configuration was planned for this problem: the dtype it was planned
@@ -136,6 +157,8 @@ pub(crate) fn check_plan_for(
     if for_problem {
         Ok(())
     } else {
-        Err(FlashError::Device(format!("the plan ({plan}) is not for {problem:?}")))
+        Err(FlashError::Device(format!(
+            "the plan ({plan}) is not for {problem:?}"
+        )))
     }
 }

@@ -6,17 +6,35 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum FlashError {
     #[error("{tensor} must be rank 4 [batch, num_heads, seq, dim], got shape {shape:?}")]
-    Rank { tensor: &'static str, shape: Vec<usize> },
+    Rank {
+        tensor: &'static str,
+        shape: Vec<usize>,
+    },
     #[error("{what} mismatch: {detail}")]
     ShapeMismatch { what: &'static str, detail: String },
     #[error("{dim} = 0: every dimension must be at least 1")]
     EmptyDimension { dim: &'static str },
     #[error("{dim} = {value} is not supported (the kernels support 1..={max})")]
-    DimTooLarge { dim: &'static str, value: usize, max: usize },
+    DimTooLarge {
+        dim: &'static str,
+        value: usize,
+        max: usize,
+    },
     #[error("dtype {dtype} is not supported (f16, bf16 and f32 are)")]
     UnsupportedDtype { dtype: String },
     #[error("query, key and value must share one dtype, got {query}, {key}, {value}")]
-    MixedDtypes { query: String, key: String, value: String },
+    MixedDtypes {
+        query: String,
+        key: String,
+        value: String,
+    },
+    #[error(
+        "num_kv_heads = {num_kv_heads} must divide num_heads = {num_heads} (grouped-query attention)"
+    )]
+    HeadGroups {
+        num_heads: usize,
+        num_kv_heads: usize,
+    },
     #[error("softcap must be positive and finite, got {0}")]
     InvalidSoftcap(f64),
     #[error("scale must be finite, got {0}")]

@@ -4,7 +4,9 @@
 //! The same code run in a lower precision is the "plain same-precision implementation" of the
 //! FlashAttention tolerance rule (see [`Precision`]): what a naive f32 / f16 / bf16 attention
 //! computes, stored intermediates rounded to the dtype, arithmetic and sums in f32.
-//! All tensors are contiguous row-major, shapes as in [`crate::problem`].
+//! All tensors are contiguous row-major, shapes as in [`crate::problem`]: k, v, dk, dv have
+//! `num_kv_heads` heads (grouped-query attention sums dK, dV over each group here by plain
+//! accumulation, as a naive implementation that repeats K/V would).
 use crate::problem::AttentionProblem;
 
 /// How the naive implementation computes: `F64` is the oracle (everything in f64); `F32`, `F16`,
@@ -69,6 +71,15 @@ pub struct Inputs<'a> {
     /// `true` = masked.
     pub mask: Option<&'a [bool]>,
     pub bias: Option<&'a [f64]>,
+    /// ALiBi slopes `[num_heads]` (f32 values).
+    pub alibi: Option<&'a [f64]>,
+}
+
+/// The (batch * num_kv_heads) index of the key/value head query head `bh` (a batch * num_heads
+/// index) reads.
+fn kv_index(p: &AttentionProblem, bh: usize) -> usize {
+    let (b, h) = (bh / p.num_heads, bh % p.num_heads);
+    b * p.num_kv_heads + h / p.kv_group()
 }
 
 /// Forward results: `o [b,h,seq_q,val_dim]`, `lse [b,h,seq_q]` (natural log; `f64::INFINITY`
@@ -90,14 +101,21 @@ pub struct Backward {
 
 /// Per (batch, head) scores after scale, softcap, mask, causal and bias. `None` = masked.
 /// Also returns tanh(s / softcap) per entry for the softcap derivative.
-fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<Option<f64>>, Vec<f64>) {
+fn logits(
+    p: &AttentionProblem,
+    x: &Inputs,
+    bh: usize,
+    prec: Precision,
+) -> (Vec<Option<f64>>, Vec<f64>) {
     let (sq, skv, d) = (p.seq_q, p.seq_kv, p.head_dim);
+    let bkv = kv_index(p, bh);
     let mut s = vec![None; sq * skv];
     let mut tanh = vec![0.0; sq * skv];
     for i in 0..sq {
         for j in 0..skv {
             let idx = i * skv + j;
-            let dot = prec.sum((0..d).map(|c| x.q[(bh * sq + i) * d + c] * x.k[(bh * skv + j) * d + c]));
+            let dot =
+                prec.sum((0..d).map(|c| x.q[(bh * sq + i) * d + c] * x.k[(bkv * skv + j) * d + c]));
             let mut logit = prec.round(prec.arith(dot * prec.arith(p.scale)));
             if let Some(cap) = p.softcap {
                 // Three stored intermediates, as a plain implementation keeps them: s / cap,
@@ -106,11 +124,16 @@ fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<
                 tanh[idx] = prec.round(prec.arith(x.tanh()));
                 logit = prec.round(prec.arith(prec.arith(cap) * tanh[idx]));
             }
-            let masked = x.mask.is_some_and(|m| m[bh * sq * skv + idx])
-                || (p.causal && j >= p.causal_end(i));
+            let masked = x.mask.is_some_and(|m| m[bh * sq * skv + idx]) || !p.sees(i, j);
             if !masked {
                 let bias = x.bias.map_or(0.0, |b| b[bh * sq * skv + idx]);
-                s[idx] = Some(prec.round(logit + bias));
+                // ALiBi in the arithmetic type, not rounded to storage: the kernels compute it
+                // in f32, never store it.
+                let distance = ((i + skv) as f64 - (sq + j) as f64).abs();
+                let alibi = x.alibi.map_or(0.0, |slopes| {
+                    prec.arith(slopes[bh % p.num_heads] * distance)
+                });
+                s[idx] = Some(prec.round(logit + bias - alibi));
             }
         }
     }
@@ -120,7 +143,11 @@ fn logits(p: &AttentionProblem, x: &Inputs, bh: usize, prec: Precision) -> (Vec<
 /// Two-pass softmax of one row: `P` and the row's log-sum-exp. A fully masked row gives P = 0
 /// and lse = +inf (so that exp(s - lse) = 0 for every s).
 fn softmax_row(row: &[Option<f64>], quiet: bool, prec: Precision) -> (Vec<f64>, f64) {
-    let mut max = row.iter().flatten().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut max = row
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     if quiet {
         // One more term exp(0): the reference max(max, 0) keeps every term <= 1.
         max = max.max(0.0);
@@ -130,7 +157,10 @@ fn softmax_row(row: &[Option<f64>], quiet: bool, prec: Precision) -> (Vec<f64>, 
     let exp = |s: f64| prec.exp(prec.arith(s - max));
     let extra = if quiet { exp(0.0) } else { 0.0 };
     let sum = prec.arith(extra + prec.sum(row.iter().flatten().map(|&s| exp(s))));
-    let p = row.iter().map(|s| s.map_or(0.0, |s| prec.round(prec.arith(exp(s) / sum)))).collect();
+    let p = row
+        .iter()
+        .map(|s| s.map_or(0.0, |s| prec.round(prec.arith(exp(s) / sum))))
+        .collect();
     (p, prec.arith(max + prec.ln(sum)))
 }
 
@@ -140,11 +170,12 @@ pub fn forward(p: &AttentionProblem, x: &Inputs, prec: Precision) -> Forward {
     let mut lse = vec![0.0; p.heads_total() * sq];
     for bh in 0..p.heads_total() {
         let (s, _) = logits(p, x, bh, prec);
+        let bkv = kv_index(p, bh);
         for i in 0..sq {
             let (prob, row_lse) = softmax_row(&s[i * skv..(i + 1) * skv], p.quiet_softmax, prec);
             lse[bh * sq + i] = row_lse;
             for c in 0..dv {
-                let acc = prec.sum((0..skv).map(|j| prob[j] * x.v[(bh * skv + j) * dv + c]));
+                let acc = prec.sum((0..skv).map(|j| prob[j] * x.v[(bkv * skv + j) * dv + c]));
                 o[(bh * sq + i) * dv + c] = prec.round(acc);
             }
         }
@@ -162,12 +193,13 @@ pub fn backward(p: &AttentionProblem, x: &Inputs, d_out: &[f64], prec: Precision
     let mut delta = vec![0.0; p.heads_total() * sq];
     for bh in 0..p.heads_total() {
         let (s, tanh) = logits(p, x, bh, prec);
+        let bkv = kv_index(p, bh);
         for i in 0..sq {
             let row = bh * sq + i;
             let (prob, _) = softmax_row(&s[i * skv..(i + 1) * skv], p.quiet_softmax, prec);
             delta[row] = prec.sum((0..dv).map(|c| d_out[row * dv + c] * fwd.o[row * dv + c]));
             for j in 0..skv {
-                let kv_row = bh * skv + j;
+                let kv_row = bkv * skv + j;
                 let dp = prec.sum((0..dv).map(|c| d_out[row * dv + c] * x.v[kv_row * dv + c]));
                 for c in 0..dv {
                     let at = kv_row * dv + c;
@@ -190,5 +222,10 @@ pub fn backward(p: &AttentionProblem, x: &Inputs, d_out: &[f64], prec: Precision
     for g in [&mut dq, &mut dk, &mut dvv] {
         g.iter_mut().for_each(|x| *x = prec.round(*x));
     }
-    Backward { dq, dk, dv: dvv, delta }
+    Backward {
+        dq,
+        dk,
+        dv: dvv,
+        delta,
+    }
 }

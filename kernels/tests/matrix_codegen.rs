@@ -27,11 +27,14 @@ fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfi
         tensor(),
         tensor(),
         tensor(),
+        tensor(),
         ScoreParamsCompilationArg {
             scale: (),
             softcap: (),
             seq_q: (),
             seq_kv: (),
+            window_left: (),
+            window_right: (),
         },
         config,
     ))

@@ -42,6 +42,7 @@ fn mma_source_with<F: Float, M: Int, S: PairStream>(
             tensor(),
             tensor(),
             tensor(),
+            tensor(),
             params(),
             MMA_CHUNK as usize,
             config,
@@ -59,6 +60,8 @@ fn params() -> ScoreParamsCompilationArg {
         softcap: (),
         seq_q: (),
         seq_kv: (),
+        window_left: (),
+        window_right: (),
     }
 }
 
@@ -289,6 +292,7 @@ fn dkdv_source_with<F: Float, S: PairStream>(
         tensor(),
         tensor(),
         tensor(),
+        tensor(),
         params(),
         MMA_CHUNK as usize,
         config,
@@ -316,6 +320,7 @@ fn dq_source_with<F: Float, S: PairStream>(
     cuda_source(DqMmaKernel::<F, u32, S, support::TestRuntime>::new(
         settings,
         client.clone(),
+        tensor(),
         tensor(),
         tensor(),
         tensor(),

@@ -85,6 +85,7 @@ fn problem() -> impl Strategy<Value = AttentionProblem> {
             AttentionProblem {
                 batch,
                 num_heads,
+                num_kv_heads: num_heads,
                 seq_q,
                 seq_kv,
                 head_dim,
@@ -96,6 +97,8 @@ fn problem() -> impl Strategy<Value = AttentionProblem> {
                 mask,
                 has_bias,
                 quiet_softmax,
+                window: None,
+                alibi: false,
             }
         })
 }
@@ -240,6 +243,7 @@ fn tunings_the_kernels_cannot_take_are_typed_errors() {
     let p = AttentionProblem {
         batch: 2,
         num_heads: 4,
+        num_kv_heads: 4,
         seq_q: 512,
         seq_kv: 512,
         head_dim: 64,
@@ -251,6 +255,8 @@ fn tunings_the_kernels_cannot_take_are_typed_errors() {
         mask: None,
         has_bias: false,
         quiet_softmax: false,
+        window: None,
+        alibi: false,
     };
     let tuned = |tuning: Tuning| plan(&p, &caps, Layout::CHUNKED, &tuning, Passes::ForwardBackward);
     let rows32 = "4,32,32".parse().expect("valid text");

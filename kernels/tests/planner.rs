@@ -12,6 +12,7 @@ fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
     AttentionProblem {
         batch: 2,
         num_heads: 8,
+        num_kv_heads: 8,
         seq_q: 1000,
         seq_kv: 1000,
         head_dim,
@@ -23,6 +24,8 @@ fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
         mask: None,
         has_bias: false,
         quiet_softmax: false,
+        window: None,
+        alibi: false,
     }
 }
 

@@ -12,7 +12,7 @@
 use cubecl::prelude::*;
 
 use crate::primitives::score::{
-    is_masked_logit, scaled_logit, score, softcap_derivative, ScoreParams, ScoreTensors,
+    ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
 };
 use crate::primitives::tile_io::{head_view, load_tile, row_stat};
 
@@ -43,7 +43,10 @@ pub struct BlockPairTiles {
 #[derive(CubeType, Clone, Copy)]
 pub struct BlockPair {
     pub batch: u32,
+    /// The query head (of q, d_out, the mask, the bias and the gradients' rows).
     pub head: u32,
+    /// The key/value head it reads (`head / (num_heads / num_kv_heads)`).
+    pub kv_head: u32,
     /// First query row of the pair.
     pub q_start: u32,
     /// First key/value row of the pair.
@@ -53,12 +56,20 @@ pub struct BlockPair {
 #[cube]
 pub fn new_tiles(#[comptime] config: PortableGradientConfig) -> BlockPairTiles {
     BlockPairTiles {
-        q: SharedMemory::new(comptime!((config.block_q * config.head_dim_tile()) as usize)),
+        q: SharedMemory::new(comptime!(
+            (config.block_q * config.head_dim_tile()) as usize
+        )),
         d_out: SharedMemory::new(comptime!((config.block_q * config.val_dim_tile()) as usize)),
-        k: SharedMemory::new(comptime!((config.block_kv * config.head_dim_tile()) as usize)),
-        v: SharedMemory::new(comptime!((config.block_kv * config.val_dim_tile()) as usize)),
+        k: SharedMemory::new(comptime!(
+            (config.block_kv * config.head_dim_tile()) as usize
+        )),
+        v: SharedMemory::new(comptime!(
+            (config.block_kv * config.val_dim_tile()) as usize
+        )),
         p: SharedMemory::new(comptime!(config.p_tile_len() as usize)),
-        ds: SharedMemory::new(comptime!((config.block_q * config.score_tile_cols()) as usize)),
+        ds: SharedMemory::new(comptime!(
+            (config.block_q * config.score_tile_cols()) as usize
+        )),
         lse: SharedMemory::new(comptime!(config.block_q as usize)),
         delta: SharedMemory::new(comptime!(config.block_q as usize)),
     }
@@ -117,7 +128,7 @@ pub fn load_kv_block<F: Float>(
 ) {
     load_tile::<F, f32>(
         k,
-        &head_view(k, pair.batch, pair.head),
+        &head_view(k, pair.batch, pair.kv_head),
         &mut tiles.k,
         pair.kv_start,
         config.block_kv,
@@ -127,7 +138,7 @@ pub fn load_kv_block<F: Float>(
     );
     load_tile::<F, f32>(
         v,
-        &head_view(v, pair.batch, pair.head),
+        &head_view(v, pair.batch, pair.kv_head),
         &mut tiles.v,
         pair.kv_start,
         config.block_kv,
@@ -190,7 +201,8 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
                     dp += tiles.d_out[(i * dv + c) as usize] * tiles.v[(j * dv + c) as usize];
                 }
                 let capped = scaled_logit(dot, params, config.score);
-                ds = p * (dp - tiles.delta[i as usize])
+                ds = p
+                    * (dp - tiles.delta[i as usize])
                     * softcap_derivative(capped, params, config.score);
             }
             let at = (i * score_cols + j) as usize;
@@ -201,5 +213,3 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
         }
     }
 }
-
-

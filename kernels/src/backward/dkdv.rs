@@ -12,16 +12,16 @@
 //! by one unit: no atomics, bit-identical reruns.
 use cubecl::prelude::*;
 
-use crate::primitives::block_range::{first_query_row, pair_needs_masked_pass};
+use crate::primitives::block_range::{pair_needs_masked_pass, query_block_span};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
+use super::GradientInputs;
 use super::block_pair::{
-    load_kv_block, load_query_block, new_tiles, recompute_p_and_ds, BlockPair, BlockPairTiles,
+    BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
 use super::compensated::CompensatedSums;
-use super::config::{PortableGradientConfig, BackwardKernel};
-use super::GradientInputs;
+use super::config::{BackwardKernel, PortableGradientConfig};
 use crate::primitives::score::score_params;
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
@@ -57,6 +57,7 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
             args.delta,
             args.mask,
             args.bias,
+            args.slopes,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
             score_params(problem),
@@ -87,6 +88,7 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     params: ScoreParams,
@@ -96,7 +98,8 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     let heads = q.shape(1) as u32;
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let kv_start = CUBE_POS_X * config.block_kv;
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
     let mut tiles = new_tiles(config);
     let mut grads = KeyValueGradients {
         dk: CompensatedSums::new(opaque_one, config.head_acc_per_unit()),
@@ -104,19 +107,44 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     };
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
-    let first = BlockPair { batch, head, q_start: 0, kv_start };
+    let first = BlockPair {
+        batch,
+        head,
+        kv_head,
+        q_start: 0,
+        kv_start,
+    };
     load_kv_block::<F>(k, v, &mut tiles, &first, config);
 
-    // Step 2: the query blocks that see this block (causal: none above the diagonal).
-    let first_row = first_query_row(kv_start, &params, config.score);
-    let q_blocks = params.seq_q.div_ceil(config.block_q);
-    for q_block in first_row / config.block_q..q_blocks {
-        let pair = BlockPair { batch, head, q_start: q_block * config.block_q, kv_start };
+    // Step 2: the query blocks that see this block (causal: none above the diagonal; window:
+    // none outside it).
+    let span = query_block_span(
+        kv_start,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
+    for q_block in span.start..span.end {
+        let pair = BlockPair {
+            batch,
+            head,
+            kv_head,
+            q_start: q_block * config.block_q,
+            kv_start,
+        };
         load_query_block::<F>(q, d_out, lse, delta, &mut tiles, &pair, config);
         sync_cube();
         // A uniform branch: every unit of the cube takes the same pass.
         let (block_q, block_kv) = (config.block_q, config.block_kv);
-        if pair_needs_masked_pass(pair.q_start, kv_start, &params, block_q, block_kv, config.score) {
+        if pair_needs_masked_pass(
+            pair.q_start,
+            kv_start,
+            &params,
+            block_q,
+            block_kv,
+            config.score,
+        ) {
             accumulate_query_block::<F, M>(
                 mask, bias, &params, &tensors, &mut tiles, &pair, &mut grads, config, true,
             );
@@ -128,8 +156,28 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     }
 
     // Step 3: write dK = scale * Σ dS^T Q and dV = Σ P^T dO (rows past seq_kv are not written).
-    write_block::<F>(dk, &grads.dk.sum, batch, head, kv_start, params.seq_kv, params.scale, config.head_dim, config);
-    write_block::<F>(dv, &grads.dv.sum, batch, head, kv_start, params.seq_kv, 1.0f32, config.val_dim, config);
+    write_block::<F>(
+        dk,
+        &grads.dk.sum,
+        batch,
+        head,
+        kv_start,
+        params.seq_kv,
+        params.scale,
+        config.head_dim,
+        config,
+    );
+    write_block::<F>(
+        dv,
+        &grads.dv.sum,
+        batch,
+        head,
+        kv_start,
+        params.seq_kv,
+        1.0f32,
+        config.val_dim,
+        config,
+    );
 }
 
 /// One query block: recompute P and dS, then `dV += P^T dO`, `dK += dS^T Q` for this unit's
@@ -147,7 +195,16 @@ fn accumulate_query_block<F: Float, M: Int>(
     #[comptime] config: PortableGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
-    recompute_p_and_ds::<F, M>(mask, bias, params, tensors, tiles, pair, config, masked_pass);
+    recompute_p_and_ds::<F, M>(
+        mask,
+        bias,
+        params,
+        tensors,
+        tiles,
+        pair,
+        config,
+        masked_pass,
+    );
     sync_cube();
 
     let score_cols = config.score_tile_cols();
@@ -169,7 +226,8 @@ fn accumulate_query_block<F: Float, M: Int>(
             #[unroll]
             for r in 0..group {
                 let i = i0 + r;
-                group_sum += tiles.p[(i * score_cols + j) as usize] * tiles.d_out[(i * dv_cols + c) as usize];
+                group_sum += tiles.p[(i * score_cols + j) as usize]
+                    * tiles.d_out[(i * dv_cols + c) as usize];
             }
             grads.dv.add(t, group_sum);
         }
@@ -181,7 +239,8 @@ fn accumulate_query_block<F: Float, M: Int>(
             #[unroll]
             for r in 0..group {
                 let i = i0 + r;
-                group_sum += tiles.ds[(i * score_cols + j) as usize] * tiles.q[(i * dk_cols + c) as usize];
+                group_sum +=
+                    tiles.ds[(i * score_cols + j) as usize] * tiles.q[(i * dk_cols + c) as usize];
             }
             grads.dk.add(t, group_sum);
         }

@@ -16,12 +16,12 @@ use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heavi
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
+use super::GradientInputs;
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
 use super::compensated::CompensatedSums;
-use super::config::{PortableGradientConfig, BackwardKernel};
-use super::GradientInputs;
+use super::config::{BackwardKernel, PortableGradientConfig};
 use crate::primitives::score::score_params;
 
 /// Launches the dQ kernel with `config` (a [`BackwardKernel::Query`] config from
@@ -56,6 +56,7 @@ pub fn flash_attention_backward_dq<R: Runtime, F: Float, M: Int>(
             args.delta,
             args.mask,
             args.bias,
+            args.slopes,
             dq.into_tensor_arg(),
             score_params(problem),
             // `opaque_one`: see `CompensatedSums`.
@@ -76,6 +77,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     dq: &mut Tensor<F>,
     params: ScoreParams,
     opaque_one: f32,
@@ -85,7 +87,8 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_block = query_block_heaviest_first(config.score.causal);
     let q_start = q_block * config.block_q;
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
     let mut tiles = new_tiles(config);
     // `Σ dS K` for elements `UNIT_POS + t * units` of the `[block_q, head_dim]` block.
     let mut dq_acc = CompensatedSums::new(opaque_one, config.head_acc_per_unit());
@@ -95,6 +98,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
     let first = BlockPair {
         batch,
         head,
+        kv_head,
         q_start,
         kv_start: 0,
     };
@@ -109,10 +113,11 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
         config.block_kv,
         config.score,
     );
-    for kv_block in 0..range.first_masked {
+    for kv_block in range.start..range.first_masked {
         let pair = BlockPair {
             batch,
             head,
+            kv_head,
             q_start,
             kv_start: kv_block * config.block_kv,
         };
@@ -134,6 +139,7 @@ pub fn flash_attention_backward_dq_kernel<F: Float, M: Int>(
         let pair = BlockPair {
             batch,
             head,
+            kv_head,
             q_start,
             kv_start: kv_block * config.block_kv,
         };

@@ -15,29 +15,36 @@
 //!
 //! Shapes (any strides, `true` in the mask = masked), semantics as in [`crate::forward`]:
 //! ```text
-//! q, dq   [batch, num_heads, seq_q,  head_dim]     k, dk [batch, num_heads, seq_kv, head_dim]
-//! o, d_out[batch, num_heads, seq_q,  val_dim]      v, dv [batch, num_heads, seq_kv, val_dim]
+//! q, dq   [batch, num_heads, seq_q,  head_dim]     k, dk [batch, num_kv_heads, seq_kv, head_dim]
+//! o, d_out[batch, num_heads, seq_q,  val_dim]      v, dv [batch, num_kv_heads, seq_kv, val_dim]
 //! mask    [batch, num_heads, seq_q,  seq_kv] u8/u32 bias [batch, num_heads, seq_q, seq_kv]
 //! lse     [batch, num_heads, seq_q] f32 (from the forward: f32::MAX for a fully masked row)
 //! ```
 //! Causal is aligned bottom-right (row `i` sees column `j` iff `j <= i + seq_kv - seq_q`).
-//! Rows that see nothing get zero gradients.
+//! Rows that see nothing get zero gradients. Grouped-query attention (`num_kv_heads <
+//! num_heads`): the dK/dV kernels write per query head into scratch, summed per group in a
+//! fixed order by [`group_sum`] (still no atomics).
 pub mod block_pair;
 pub mod compensated;
 pub mod config;
 pub mod dkdv;
 pub mod dq;
+mod group_sum;
 pub mod mma;
 pub mod preprocess;
 
 use cubecl::prelude::*;
 
-use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args};
+use crate::checks::{
+    ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
+};
 use crate::error::FlashError;
 use crate::plan::{BackwardPlan, Layout};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
-pub use config::{BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig};
+pub use config::{
+    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig,
+};
 pub use dkdv::flash_attention_backward_dkdv;
 pub use dq::flash_attention_backward_dq;
 pub use preprocess::flash_attention_backward_preprocess;
@@ -58,6 +65,8 @@ pub struct BackwardTensors<R: Runtime> {
     pub mask: Option<TensorBinding<R>>,
     /// Additive bias in the dtype of q (a constant: no gradient).
     pub bias: Option<TensorBinding<R>>,
+    /// ALiBi slopes, f32 `[num_heads]` (constants: no gradient).
+    pub slopes: Option<TensorBinding<R>>,
     pub dq: TensorBinding<R>,
     pub dk: TensorBinding<R>,
     pub dv: TensorBinding<R>,
@@ -93,9 +102,22 @@ pub fn flash_attention_backward<R: Runtime>(
     let layout = tensors.layout(problem.dtype);
     for gradient in [&plan.dkdv, &plan.dq] {
         let config = gradient.config;
-        check_plan_for(problem, plan.dtype, config.dims(), config.score(), problem.quiet_softmax, gradient)?;
+        check_plan_for(
+            problem,
+            plan.dtype,
+            config.dims(),
+            config.score(),
+            problem.quiet_softmax,
+            gradient,
+        )?;
         let mma = config.path() == BackwardPath::Mma;
-        check_plan_fits(client, config.shared_memory_bytes(), config.units(), mma, layout)?;
+        check_plan_fits(
+            client,
+            config.shared_memory_bytes(),
+            config.units(),
+            mma,
+            layout,
+        )?;
     }
     let rows = problem.heads_total() * problem.seq_q;
     let delta_shape = [problem.batch, problem.num_heads, problem.seq_q];
@@ -117,11 +139,16 @@ pub fn flash_attention_backward<R: Runtime>(
         delta: delta.clone(),
         mask: tensors.mask,
         bias: tensors.bias,
+        slopes: tensors.slopes,
     };
     let outputs = (tensors.dq, tensors.dk, tensors.dv);
     match problem.dtype {
-        FloatKind::F16 => launch_all::<R, half::f16>(client, problem, plan, tensors.o, inputs, outputs),
-        FloatKind::BF16 => launch_all::<R, half::bf16>(client, problem, plan, tensors.o, inputs, outputs),
+        FloatKind::F16 => {
+            launch_all::<R, half::f16>(client, problem, plan, tensors.o, inputs, outputs)
+        }
+        FloatKind::BF16 => {
+            launch_all::<R, half::bf16>(client, problem, plan, tensors.o, inputs, outputs)
+        }
         FloatKind::F32 => launch_all::<R, f32>(client, problem, plan, tensors.o, inputs, outputs),
     }
     Ok(())
@@ -139,6 +166,7 @@ pub struct GradientInputs<R: Runtime> {
     pub delta: TensorBinding<R>,
     pub mask: Option<TensorBinding<R>>,
     pub bias: Option<TensorBinding<R>>,
+    pub slopes: Option<TensorBinding<R>>,
 }
 
 /// The typed kernel arguments, in kernel order.
@@ -151,15 +179,17 @@ pub(crate) struct GradientArgs<R: Runtime> {
     pub delta: TensorArg<R>,
     pub mask: TensorArg<R>,
     pub bias: TensorArg<R>,
+    pub slopes: TensorArg<R>,
 }
 
 impl<R: Runtime> GradientInputs<R> {
     /// Binds the tensors in kernel order, with stand-ins for an absent mask or bias.
     pub(crate) fn into_args(self, client: &ComputeClient<R>) -> GradientArgs<R> {
-        let (mask, bias) = optional_args(client, self.mask, self.bias, &self.q);
+        let optional = optional_args(client, self.mask, self.bias, self.slopes, &self.q);
         GradientArgs {
-            mask,
-            bias,
+            mask: optional.mask,
+            bias: optional.bias,
+            slopes: optional.slopes,
             q: self.q.into_tensor_arg(),
             k: self.k.into_tensor_arg(),
             v: self.v.into_tensor_arg(),
@@ -178,11 +208,19 @@ fn launch_all<R: Runtime, F: Float + CubeElement>(
     inputs: GradientInputs<R>,
     outputs: (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
 ) {
-    flash_attention_backward_preprocess::<R, F>(client, problem, o, inputs.d_out.clone(), inputs.delta.clone())
-        .expect("validated above");
+    flash_attention_backward_preprocess::<R, F>(
+        client,
+        problem,
+        o,
+        inputs.d_out.clone(),
+        inputs.delta.clone(),
+    )
+    .expect("validated above");
     match problem.mask {
         Some(MaskKind::U8) => launch_gradients::<R, F, u8>(client, problem, plan, inputs, outputs),
-        Some(MaskKind::U32) | None => launch_gradients::<R, F, u32>(client, problem, plan, inputs, outputs),
+        Some(MaskKind::U32) | None => {
+            launch_gradients::<R, F, u32>(client, problem, plan, inputs, outputs)
+        }
     }
 }
 
@@ -194,24 +232,56 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     inputs: GradientInputs<R>,
     (dq, dk, dv): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
 ) {
+    // Grouped-query attention: one dK/dV per query head, then summed over each group.
+    let grouped = problem.kv_group() > 1;
+    let per_head = |grad: &TensorBinding<R>| {
+        if grouped {
+            group_sum::expanded_gradient(client, grad, problem.num_heads, size_of::<F>())
+        } else {
+            grad.clone()
+        }
+    };
+    let (dk_heads, dv_heads) = (per_head(&dk), per_head(&dv));
+    let (dk_out, dv_out) = (dk_heads.clone(), dv_heads.clone());
     match plan.dkdv.config {
-        GradientConfig::Mma(config) => {
-            mma::flash_attention_backward_dkdv_mma::<R, F, M>(client, problem, inputs.clone(), dk, dv, config)
-        }
-        GradientConfig::Portable(config) => {
-            flash_attention_backward_dkdv::<R, F, M>(client, problem, inputs.clone(), dk, dv, config)
-        }
+        GradientConfig::Mma(config) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
+            client,
+            problem,
+            inputs.clone(),
+            dk_out,
+            dv_out,
+            config,
+        ),
+        GradientConfig::Portable(config) => flash_attention_backward_dkdv::<R, F, M>(
+            client,
+            problem,
+            inputs.clone(),
+            dk_out,
+            dv_out,
+            config,
+        ),
+    }
+    if grouped {
+        group_sum::launch_sum_head_groups::<R, F>(client, dk_heads, dk);
+        group_sum::launch_sum_head_groups::<R, F>(client, dv_heads, dv);
     }
     match plan.dq.config {
-        GradientConfig::Mma(config) => mma::flash_attention_backward_dq_mma::<R, F, M>(client, problem, inputs, dq, config),
-        GradientConfig::Portable(config) => flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, config),
+        GradientConfig::Mma(config) => {
+            mma::flash_attention_backward_dq_mma::<R, F, M>(client, problem, inputs, dq, config)
+        }
+        GradientConfig::Portable(config) => {
+            flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, config)
+        }
     }
 }
 
 /// Checks every tensor's shape against the problem (the kernels trust them).
-fn check_tensors<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>) -> Result<(), FlashError> {
+fn check_tensors<R: Runtime>(
+    problem: &AttentionProblem,
+    t: &BackwardTensors<R>,
+) -> Result<(), FlashError> {
     let shapes = Shapes::of(problem);
-    let expected: [ExpectedShape<'_, R>; 11] = [
+    let expected: [ExpectedShape<'_, R>; 12] = [
         ("query", Some(&t.q), shapes.q.clone()),
         ("key", Some(&t.k), shapes.k.clone()),
         ("value", Some(&t.v), shapes.v.clone()),
@@ -220,6 +290,7 @@ fn check_tensors<R: Runtime>(problem: &AttentionProblem, t: &BackwardTensors<R>)
         ("lse", Some(&t.lse), shapes.rows),
         ("mask", t.mask.as_ref(), shapes.scores.clone()),
         ("attn_bias", t.bias.as_ref(), shapes.scores),
+        ("alibi slopes", t.slopes.as_ref(), shapes.slopes),
         ("query gradient", Some(&t.dq), shapes.q),
         ("key gradient", Some(&t.dk), shapes.k),
         ("value gradient", Some(&t.dv), shapes.v),

@@ -39,8 +39,19 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     // bounds-checked in the tile loads and global writes against seq_q / val_dim.
     unsafe {
         flash_attention_forward_matrix_kernel::launch_unchecked::<F, M, R>(
-            client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias, args.o,
-            args.lse, params, config,
+            client,
+            cube_count,
+            cube_dim,
+            args.q,
+            args.k,
+            args.v,
+            args.mask,
+            args.bias,
+            args.slopes,
+            args.o,
+            args.lse,
+            params,
+            config,
         )
     }
 }
@@ -74,12 +85,13 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     v: &Tensor<F>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
     #[comptime] config: MatrixConfig,
 ) {
-    forward_rows::<F, M, MatrixStep>(q, k, v, mask, bias, o, lse, params, config);
+    forward_rows::<F, M, MatrixStep>(q, k, v, mask, bias, slopes, o, lse, params, config);
 }
 
 /// The matrix path's part of [`forward_rows`]: tiles in F, S and P V on cmma fragments.

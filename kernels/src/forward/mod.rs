@@ -8,13 +8,15 @@
 //!
 //! Shapes (any strides, `true` in the mask = masked):
 //! ```text
-//! q    [batch, num_heads, seq_q,  head_dim]      k    [batch, num_heads, seq_kv, head_dim]
-//! v    [batch, num_heads, seq_kv, val_dim]       o    [batch, num_heads, seq_q,  val_dim]  (dtype of q)
+//! q    [batch, num_heads, seq_q,  head_dim]      k    [batch, num_kv_heads, seq_kv, head_dim]
+//! v    [batch, num_kv_heads, seq_kv, val_dim]    o    [batch, num_heads, seq_q,  val_dim]  (dtype of q)
 //! mask [batch, num_heads, seq_q,  seq_kv] u8/u32 bias [batch, num_heads, seq_q,  seq_kv] (dtype of q)
-//! lse  [batch, num_heads, seq_q] f32
+//! lse  [batch, num_heads, seq_q] f32             slopes [num_heads] f32 (ALiBi)
 //! ```
 //! Logits: `s = q·k * scale` (default `1/sqrt(head_dim)`), then `softcap * tanh(s / softcap)`,
-//! then mask and causal, then `+ bias`. Causal is aligned bottom-right: row `i` attends to
+//! then mask, causal and the sliding window, then `+ bias` and ALiBi (see
+//! [`crate::primitives::score`]). Query head `h` reads key/value head
+//! `h / (num_heads / num_kv_heads)` (grouped-query attention, K/V never repeated). Causal is aligned bottom-right: row `i` attends to
 //! column `j` iff `j <= i + seq_kv - seq_q`. With seq_q = 3, seq_kv = 5:
 //! ```text
 //!     j: 0 1 2 3 4
@@ -29,7 +31,9 @@ mod unit_rows;
 
 use cubecl::prelude::*;
 
-use crate::checks::{ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args};
+use crate::checks::{
+    ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
+};
 use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::plan::{ForwardPlan, Layout};
@@ -46,6 +50,8 @@ pub struct ForwardTensors<R: Runtime> {
     pub mask: Option<TensorBinding<R>>,
     /// Additive bias in the dtype of q, added after masking.
     pub bias: Option<TensorBinding<R>>,
+    /// ALiBi slopes, f32 `[num_heads]` (present iff `AttentionProblem::alibi`).
+    pub slopes: Option<TensorBinding<R>>,
     pub o: TensorBinding<R>,
     pub lse: TensorBinding<R>,
 }
@@ -84,20 +90,39 @@ pub fn flash_attention_forward<R: Runtime>(
 ) -> Result<(), FlashError> {
     problem.validate()?;
     let shapes = Shapes::of(problem);
-    let expected: [ExpectedShape<R>; 7] = [
+    let expected: [ExpectedShape<R>; 8] = [
         ("query", Some(&tensors.q), shapes.q),
         ("key", Some(&tensors.k), shapes.k),
         ("value", Some(&tensors.v), shapes.v),
         ("mask", tensors.mask.as_ref(), shapes.scores.clone()),
         ("attn_bias", tensors.bias.as_ref(), shapes.scores),
+        ("alibi slopes", tensors.slopes.as_ref(), shapes.slopes),
         ("output", Some(&tensors.o), shapes.o),
         ("lse", Some(&tensors.lse), shapes.rows),
     ];
-    check_shapes(problem, &expected, tensors.mask.is_some(), tensors.bias.is_some())?;
+    check_shapes(
+        problem,
+        &expected,
+        tensors.mask.is_some(),
+        tensors.bias.is_some(),
+    )?;
     let config = plan.config;
-    check_plan_for(problem, plan.dtype, config.dims(), config.score(), config.quiet_softmax(), plan)?;
+    check_plan_for(
+        problem,
+        plan.dtype,
+        config.dims(),
+        config.score(),
+        config.quiet_softmax(),
+        plan,
+    )?;
     let layout = tensors.layout(problem.dtype);
-    check_plan_fits(client, config.shared_memory_bytes(), config.units(), plan.needs_chunked_rows(), layout)?;
+    check_plan_fits(
+        client,
+        config.shared_memory_bytes(),
+        config.units(),
+        plan.needs_chunked_rows(),
+        layout,
+    )?;
     let launch = Launch {
         client,
         config,
@@ -123,6 +148,7 @@ pub(crate) struct ForwardArgs<R: Runtime> {
     pub v: TensorArg<R>,
     pub mask: TensorArg<R>,
     pub bias: TensorArg<R>,
+    pub slopes: TensorArg<R>,
     pub o: TensorArg<R>,
     pub lse: TensorArg<R>,
 }
@@ -144,20 +170,32 @@ impl<R: Runtime> Launch<'_, R> {
     }
 
     fn run<F: Float, M: Int>(self, tensors: ForwardTensors<R>) {
-        let (mask, bias) = optional_args(self.client, tensors.mask, tensors.bias, &tensors.q);
+        let optional = optional_args(
+            self.client,
+            tensors.mask,
+            tensors.bias,
+            tensors.slopes,
+            &tensors.q,
+        );
         let args = ForwardArgs {
-            mask,
-            bias,
+            mask: optional.mask,
+            bias: optional.bias,
+            slopes: optional.slopes,
             q: tensors.q.into_tensor_arg(),
             k: tensors.k.into_tensor_arg(),
             v: tensors.v.into_tensor_arg(),
             o: tensors.o.into_tensor_arg(),
             lse: tensors.lse.into_tensor_arg(),
         };
-        let (client, params, config, cube_count) = (self.client, self.params, self.config, self.cube_count);
+        let (client, params, config, cube_count) =
+            (self.client, self.params, self.config, self.cube_count);
         match config {
-            ForwardConfig::Portable(config) => portable::launch::<R, F, M>(client, args, params, config, cube_count),
-            ForwardConfig::Matrix(config) => matrix::launch::<R, F, M>(client, args, params, config, cube_count),
+            ForwardConfig::Portable(config) => {
+                portable::launch::<R, F, M>(client, args, params, config, cube_count)
+            }
+            ForwardConfig::Matrix(config) => {
+                matrix::launch::<R, F, M>(client, args, params, config, cube_count)
+            }
             ForwardConfig::Mma(config) => {
                 mma::launch::<R, F, M>(client, args, params, config, cube_count, MMA_CHUNK as usize)
             }

@@ -30,8 +30,19 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     // bounds-checked against the tensor shapes inside the kernel.
     unsafe {
         flash_attention_forward_kernel::launch_unchecked::<F, M, R>(
-            client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias, args.o,
-            args.lse, params, config,
+            client,
+            cube_count,
+            cube_dim,
+            args.q,
+            args.k,
+            args.v,
+            args.mask,
+            args.bias,
+            args.slopes,
+            args.o,
+            args.lse,
+            params,
+            config,
         )
     }
 }
@@ -61,12 +72,13 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
     v: &Tensor<F>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
     #[comptime] config: PortableConfig,
 ) {
-    forward_rows::<F, M, PortableStep>(q, k, v, mask, bias, o, lse, params, config);
+    forward_rows::<F, M, PortableStep>(q, k, v, mask, bias, slopes, o, lse, params, config);
 }
 
 /// The portable path's part of [`forward_rows`]: f32 tiles, S in registers, P through shared memory.

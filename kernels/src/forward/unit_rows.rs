@@ -11,7 +11,6 @@ use crate::primitives::row_reduce::{row_max, row_sum};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::primitives::tile_io::{HeadView, head_view};
 
-
 /// Normalizes this unit's O columns `lane + c * lanes` (c < `cols`, column < `val_dim`) of
 /// query row `row` once, writes them, and writes the row's lse from lane 0 (`quiet`: of the
 /// quiet softmax).
@@ -171,6 +170,7 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     v: &Tensor<F>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
@@ -182,9 +182,10 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     let (batch, head) = (CUBE_POS_Y / heads, CUBE_POS_Y % heads);
     let q_start = q_block * split.block_q;
     let role = unit_role(q_start, params.seq_q, split.units_per_row);
-    let k_view = head_view(k, batch, head);
-    let v_view = head_view(v, batch, head);
-    let tensors = score_tensors(mask, bias, batch, head, split.score);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let k_view = head_view(k, batch, kv_head);
+    let v_view = head_view(v, batch, kv_head);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, split.score);
 
     // Step 1: the query block, once. The first key block's sync makes it visible.
     let mut tiles = S::query_tiles(q, &head_view(q, batch, head), q_start, config);
@@ -198,14 +199,8 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
 
     // Step 2: stream the visible key/value blocks; fully masked causal blocks are skipped,
     // fully visible ones take the unmasked pass.
-    let range = kv_block_range(
-        q_block,
-        &params,
-        split.block_q,
-        split.block_kv,
-        split.score,
-    );
-    for kv_block in 0..range.first_masked {
+    let range = kv_block_range(q_block, &params, split.block_q, split.block_kv, split.score);
+    for kv_block in range.start..range.first_masked {
         S::attend(
             k,
             v,

@@ -9,11 +9,13 @@
 //! 2. softcap (if on): `s = softcap * tanh(s / softcap)`, BEFORE any masking (tanh to about
 //!    1 ulp on every device: [`super::precise_math::tanh_f32`])
 //! 3. masking: the entry is masked if `i >= seq_q` or `j >= seq_kv` (tails), if the bool mask is
-//!    nonzero at `(i, j)` (`true` = masked, element type u8 or u32), or, when causal, if
-//!    `j > i + seq_kv - seq_q` (bottom-right alignment, see [`crate::problem`]).
+//!    nonzero at `(i, j)` (`true` = masked, element type u8 or u32), when causal if
+//!    `j > i + seq_kv - seq_q` (bottom-right alignment, see [`crate::problem`]), or outside the
+//!    sliding window (`j < d - left` or `j > d + right`, `d = i + seq_kv - seq_q`).
 //!    A masked entry returns exactly [`MASKED_LOGIT`]; the caller must give it `P = 0` exactly
 //!    (compare with [`is_masked_logit`], never rely on `exp` underflow alone).
-//! 4. bias (if on): `s += bias[i, j]`, AFTER masking (a masked entry stays masked).
+//! 4. bias (if on): `s += bias[i, j]`, AFTER masking (a masked entry stays masked); then ALiBi
+//!    (if on): `s -= slope[head] * |d - j|`.
 //!
 //! Masking and bounds checks are only emitted when the comptime `masked_pass` flag is set: a
 //! block that [`crate::primitives::block_range`] proves fully visible takes the unmasked pass.
@@ -41,15 +43,22 @@ pub struct ScoreOptions {
     pub has_bias: bool,
     /// `softcap * tanh(s / softcap)` on the scaled logits, before masking.
     pub has_softcap: bool,
+    /// A sliding window ([`crate::problem::Window`]), its bounds in [`ScoreParams`].
+    pub window: bool,
+    /// ALiBi: `-slope[head] * |i + seq_kv - seq_q - j|` after the bias, the slope of this
+    /// cube's head in [`ScoreTensors::alibi_slope`].
+    pub alibi: bool,
     /// The logit is `dot * scale` alone with `scale > 0` (see [`folds_scale`]): the mma
     /// kernels fold the scale into their `exp` arguments. The other kernels ignore it.
     pub fold_scale: bool,
 }
 
 impl ScoreOptions {
-    /// Whether some entries of a block may be masked for reasons other than tails and causal.
+    /// Whether some entries of a block may be masked for reasons other than tails and causal:
+    /// the bool mask anywhere, the window's left edge (the kernels that split their blocks into
+    /// one unmasked run then one masked run cannot put the left edge's blocks first).
     pub fn masks_everywhere(&self) -> bool {
-        self.has_mask
+        self.has_mask || self.window
     }
 }
 
@@ -62,6 +71,10 @@ pub struct ScoreParams {
     pub softcap: f32,
     pub seq_q: u32,
     pub seq_kv: u32,
+    /// The window's bounds, each clamped to `seq_q + seq_kv` ([`crate::problem::Window::clamped`]);
+    /// ignored unless `ScoreOptions::window`.
+    pub window_left: u32,
+    pub window_right: u32,
 }
 
 /// Where one (batch, head) of the mask and the bias start, and their row/column strides.
@@ -74,6 +87,8 @@ pub struct ScoreTensors {
     pub bias_base: usize,
     pub bias_row_stride: usize,
     pub bias_col_stride: usize,
+    /// The ALiBi slope of this cube's head (0 without ALiBi).
+    pub alibi_slope: f32,
 }
 
 /// Steps 1 and 2 of the contract: `dot * scale`, then the softcap if on.
@@ -122,6 +137,14 @@ pub fn causal_masked(row: u32, col: u32, params: &ScoreParams) -> bool {
     col + params.seq_q > row + params.seq_kv
 }
 
+/// The sliding window: `d - left <= col <= d + right` with `d = row + seq_kv - seq_q`, written
+/// without unsigned underflow (every term moved to the side where it adds).
+#[cube]
+pub fn in_window(row: u32, col: u32, params: &ScoreParams) -> bool {
+    col + params.seq_q + params.window_left >= row + params.seq_kv
+        && col + params.seq_q <= row + params.seq_kv + params.window_right
+}
+
 /// Whether `logit` is the masked sentinel: such entries get `P = 0` exactly.
 #[cube]
 pub fn is_masked_logit(logit: f32) -> bool {
@@ -147,6 +170,9 @@ pub fn visible<M: Int>(
         visible = row < params.seq_q && col < params.seq_kv;
         if comptime!(options.causal) {
             visible = visible && !causal_masked(row, col, params);
+        }
+        if comptime!(options.window) {
+            visible = visible && in_window(row, col, params);
         }
         if comptime!(options.has_mask) {
             // Read only in bounds: the tails of a block lie outside the mask tensor.
@@ -186,11 +212,23 @@ pub fn score<F: Float, M: Int>(
                 + col as usize * tensors.bias_col_stride;
             out += f32::cast_from(bias[at]);
         }
+        if comptime!(options.alibi) {
+            out -= tensors.alibi_slope * diagonal_distance(row, col, params);
+        }
     }
     out
 }
 
-/// Whether the logit is `dot * scale` alone (no softcap, no bias) with `scale > 0`: then
+/// `|row + seq_kv - seq_q - col|` as f32 (exact below 2^24), ALiBi's distance to the
+/// bottom-right aligned diagonal.
+#[cube]
+pub fn diagonal_distance(row: u32, col: u32, params: &ScoreParams) -> f32 {
+    let (down, right) = (row + params.seq_kv, col + params.seq_q);
+    f32::cast_from(select(down > right, down - right, right - down))
+}
+
+/// Whether the logit is `dot * scale` alone (no softcap, no bias, no ALiBi: pass
+/// `has_bias || alibi`) with `scale > 0`: then
 /// `exp(logit - m) = exp(fma(dot, scale, -m))`, and a row's maximum logit is `scale` times
 /// its maximum dot, so the mma kernels keep raw dots (one multiply less per entry). Decided on
 /// the host (the scale is a runtime value), part of the kernels' comptime configs.
@@ -250,11 +288,13 @@ pub fn softmax_input<F: Float, M: Int>(
     }
 }
 
-/// Base offsets and strides of the mask and bias for one (batch, head); zeros when absent.
+/// Base offsets and strides of the mask and bias for one (batch, head), and the head's ALiBi
+/// slope (from the f32 `[num_heads]` `slopes`); zeros when absent.
 #[cube]
 pub fn score_tensors<F: Float, M: Int>(
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     batch: u32,
     head: u32,
     #[comptime] options: ScoreOptions,
@@ -266,6 +306,7 @@ pub fn score_tensors<F: Float, M: Int>(
         bias_base: 0,
         bias_row_stride: 0,
         bias_col_stride: 0,
+        alibi_slope: 0.0f32,
     };
     if comptime!(options.has_mask) {
         tensors.mask_base = batch as usize * mask.stride(0) + head as usize * mask.stride(1);
@@ -277,16 +318,25 @@ pub fn score_tensors<F: Float, M: Int>(
         tensors.bias_row_stride = bias.stride(2);
         tensors.bias_col_stride = bias.stride(3);
     }
+    if comptime!(options.alibi) {
+        tensors.alibi_slope = slopes[head as usize * slopes.stride(0)];
+    }
     tensors
 }
 
 /// The runtime scalars of the logit transform for `problem`.
-pub fn score_params<R: Runtime>(problem: &crate::problem::AttentionProblem) -> ScoreParamsLaunch<R> {
+pub fn score_params<R: Runtime>(
+    problem: &crate::problem::AttentionProblem,
+) -> ScoreParamsLaunch<R> {
+    let window = problem.window.unwrap_or_default();
+    let (window_left, window_right) = window.clamped(problem.seq_q, problem.seq_kv);
     ScoreParamsLaunch::new(
         problem.scale as f32,
         // Unused without softcap (comptime off); 1 keeps the division harmless regardless.
         problem.softcap.unwrap_or(1.0) as f32,
         problem.seq_q as u32,
         problem.seq_kv as u32,
+        window_left,
+        window_right,
     )
 }

@@ -8,6 +8,7 @@
 //! - [`shapes`]: end to end (preprocess, dK/dV, dQ) at the shapes that break kernels;
 //! - [`sweeps`]: end to end over lengths, tails, head dims, options, layouts, batch and heads;
 //! - [`half`]: f16 / bf16, the mma path's shapes where the device has it;
+//! - [`features`]: grouped-query attention, sliding windows, ALiBi, forward and backward;
 //! - [`determinism`]: reruns bit-identical, and typed errors.
 //!
 //! `cargo test -p burn-flash-attn-kernels --test backward`
@@ -15,6 +16,7 @@
 mod support;
 
 mod determinism;
+mod features;
 mod half;
 mod kernels;
 mod shapes;

@@ -55,6 +55,7 @@ fn launcher_refuses_tensors_that_disagree_with_the_problem() {
         v: v.binding(),
         mask: None,
         bias: None,
+        slopes: None,
         o: wrong_o.binding(),
         lse: lse.binding(),
     };

@@ -9,8 +9,8 @@ use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
 use crate::case::{Case, MASKED_FRACTION, V_AMPLITUDE};
 use crate::support::planning::forward_plan_for;
 use crate::support::{
-    Client, Elem, MaskPattern, POISON, Role, check_forward, client, filled, precision,
-    random_mask, random_values, read, rng, upload,
+    Client, Elem, MaskPattern, POISON, Role, check_forward, client, filled, precision, random_mask,
+    random_values, read, rng, upload,
 };
 
 /// Runs one case; panics with the case name, the seed and the worst coordinate on failure.
@@ -92,6 +92,7 @@ pub(crate) fn run(name: &str, case: Case) {
         v: v_dev.binding(),
         mask: mask_dev.as_ref().map(|m| m.binding()),
         bias: bias_dev.as_ref().map(|b| b.binding()),
+        slopes: None,
         o: o_dev.binding(),
         lse: lse_dev.binding(),
     };
@@ -109,6 +110,7 @@ pub(crate) fn run(name: &str, case: Case) {
         v: &v,
         mask: mask.as_deref(),
         bias: bias.as_deref(),
+        alibi: None,
     };
     let oracle = reference::forward(p, &inputs, Precision::F64);
     let plain = reference::forward(p, &inputs, precision(kind));

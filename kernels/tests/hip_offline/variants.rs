@@ -177,6 +177,8 @@ fn score_params() -> ScoreParamsCompilationArg {
         softcap: (),
         seq_q: (),
         seq_kv: (),
+        window_left: (),
+        window_right: (),
     }
 }
 
@@ -203,6 +205,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
                 tensor(),
                 tensor(),
                 tensor(),
+                tensor(),
                 score_params(),
                 config,
             );
@@ -212,6 +215,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             let kernel = FlashAttentionForwardMatrixKernel::<F, K, R<M>>::new(
                 settings(),
                 client,
+                tensor(),
                 tensor(),
                 tensor(),
                 tensor(),
@@ -257,6 +261,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
                 tensor(),
                 tensor(),
                 tensor(),
+                tensor(),
                 score_params(),
                 (),
                 config,
@@ -267,6 +272,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             let kernel = FlashAttentionBackwardDqKernel::<F, K, R<M>>::new(
                 settings(),
                 client,
+                tensor(),
                 tensor(),
                 tensor(),
                 tensor(),

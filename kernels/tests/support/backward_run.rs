@@ -3,8 +3,8 @@
 use burn_flash_attn_kernels::backward::{BackwardTensors, GradientInputs};
 use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
-use rand::SeedableRng;
 use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::case::*;
 use super::compare::{check_gradient, precision, run_all};
@@ -21,6 +21,8 @@ pub struct HostData {
     pub d_out: Vec<f64>,
     pub mask: Option<Vec<bool>>,
     pub bias: Option<Vec<f64>>,
+    /// ALiBi slopes `[num_heads]`, f32 values.
+    pub alibi: Option<Vec<f64>>,
 }
 
 impl HostData {
@@ -29,9 +31,10 @@ impl HostData {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut uniform = |n: usize| uniform_values(&mut rng, n, case.dtype);
         let (bh, sq, skv) = (p.heads_total(), p.seq_q, p.seq_kv);
+        let bkv = p.batch * p.num_kv_heads;
         let q = uniform(bh * sq * p.head_dim);
-        let k = uniform(bh * skv * p.head_dim);
-        let v = uniform(bh * skv * p.val_dim);
+        let k = uniform(bkv * skv * p.head_dim);
+        let v = uniform(bkv * skv * p.val_dim);
         let d_out = uniform(bh * sq * p.val_dim);
         let bias = case.bias.then(|| uniform(bh * sq * skv));
         let mask = case.mask.map(|(pattern, _)| {
@@ -40,6 +43,12 @@ impl HostData {
                 masked_rows && (row % sq) % 3 == 1
             })
         });
+        // Slopes as ALiBi's geometric sequence spans them (2^-8 .. 2^-0.5), drawn per head.
+        let alibi = case.alibi.then(|| {
+            (0..p.num_heads)
+                .map(|_| 2f64.powf(-rng.random_range(0.5..8.0)) as f32 as f64)
+                .collect()
+        });
         HostData {
             q,
             k,
@@ -47,6 +56,7 @@ impl HostData {
             d_out,
             mask,
             bias,
+            alibi,
         }
     }
 
@@ -57,6 +67,7 @@ impl HostData {
             v: &self.v,
             mask: self.mask.as_deref(),
             bias: self.bias.as_deref(),
+            alibi: self.alibi.as_deref(),
         }
     }
 }
@@ -91,24 +102,19 @@ pub struct DeviceCase {
     pub lse: DeviceTensor,
     pub mask: Option<DeviceTensor>,
     pub bias: Option<DeviceTensor>,
+    pub slopes: Option<DeviceTensor>,
     pub dq: DeviceTensor,
     pub dk: DeviceTensor,
     pub dv: DeviceTensor,
 }
 
 impl DeviceCase {
-    pub fn upload(
-        client: &Client,
-        case: &Case,
-        data: &HostData,
-        o: &[f64],
-        lse: &[f64],
-    ) -> Self {
+    pub fn upload(client: &Client, case: &Case, data: &HostData, o: &[f64], lse: &[f64]) -> Self {
         let p = case.problem();
         let (b, h) = (p.batch, p.num_heads);
         let q_shape = [b, h, p.seq_q, p.head_dim];
-        let k_shape = [b, h, p.seq_kv, p.head_dim];
-        let v_shape = [b, h, p.seq_kv, p.val_dim];
+        let k_shape = [b, p.num_kv_heads, p.seq_kv, p.head_dim];
+        let v_shape = [b, p.num_kv_heads, p.seq_kv, p.val_dim];
         let o_shape = [b, h, p.seq_q, p.val_dim];
         let scores = [b, h, p.seq_q, p.seq_kv];
         let at = |values: &[f64], shape: &[usize], elem, role| {
@@ -130,12 +136,21 @@ impl DeviceCase {
             v: float(&data.v, &v_shape, Role::Rows),
             o: float(o, &o_shape, Role::Rows),
             d_out: float(&data.d_out, &o_shape, Role::Rows),
-            lse: at(lse, &[b, h, p.seq_q], Elem::Float(FloatKind::F32), Role::Stats),
+            lse: at(
+                lse,
+                &[b, h, p.seq_q],
+                Elem::Float(FloatKind::F32),
+                Role::Stats,
+            ),
             mask,
             bias: data
                 .bias
                 .as_ref()
                 .map(|bias| float(bias, &scores, Role::Scores)),
+            slopes: data
+                .alibi
+                .as_ref()
+                .map(|slopes| at(slopes, &[h], Elem::Float(FloatKind::F32), Role::Stats)),
             dq: poison(&q_shape),
             dk: poison(&k_shape),
             dv: poison(&v_shape),
@@ -152,6 +167,7 @@ impl DeviceCase {
             lse: self.lse.binding(),
             mask: self.mask.as_ref().map(DeviceTensor::binding),
             bias: self.bias.as_ref().map(DeviceTensor::binding),
+            slopes: self.slopes.as_ref().map(DeviceTensor::binding),
             dq: self.dq.binding(),
             dk: self.dk.binding(),
             dv: self.dv.binding(),
@@ -169,21 +185,21 @@ impl DeviceCase {
             delta: delta.binding(),
             mask: self.mask.as_ref().map(DeviceTensor::binding),
             bias: self.bias.as_ref().map(DeviceTensor::binding),
+            slopes: self.slopes.as_ref().map(DeviceTensor::binding),
         }
     }
 }
 
-/// Rows of `[.., seq_q, dim]` that see no key: causal rows past the diagonal and fully masked
-/// rows. Their dQ must be exactly 0.
+/// Rows of `[.., seq_q, dim]` that see no key: causal rows past the diagonal, rows whose
+/// window holds no key and fully masked rows. Their dQ must be exactly 0.
 pub fn blind_rows(case: &Case, data: &HostData) -> Vec<usize> {
     let p = case.problem();
     (0..p.heads_total() * p.seq_q)
         .filter(|&row| {
             let i = row % p.seq_q;
             (0..p.seq_kv).all(|j| {
-                let causal_hidden = p.causal && j >= p.causal_end(i);
                 let mask_hidden = data.mask.as_ref().is_some_and(|m| m[row * p.seq_kv + j]);
-                causal_hidden || mask_hidden
+                !p.sees(i, j) || mask_hidden
             })
         })
         .collect()

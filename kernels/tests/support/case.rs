@@ -1,6 +1,6 @@
 //! The attention case (shape, dtype, options, layout) the suites run (the backward run of one:
 //! [`super::backward_run`]).
-use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind};
+use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind, Window};
 
 use super::device::Layout;
 use super::inputs::seed;
@@ -23,6 +23,7 @@ pub fn problem(
     AttentionProblem {
         batch: 1,
         num_heads: 1,
+        num_kv_heads: 1,
         seq_q,
         seq_kv,
         head_dim,
@@ -34,6 +35,8 @@ pub fn problem(
         mask: None,
         has_bias: false,
         quiet_softmax: false,
+        window: None,
+        alibi: false,
     }
 }
 
@@ -98,6 +101,11 @@ pub struct Case {
     pub scale: Option<f64>,
     /// Quiet softmax (`exp(s) / (1 + sum exp(s))`).
     pub quiet: bool,
+    /// Key/value heads (grouped-query attention); `None`: `heads`.
+    pub kv_heads: Option<usize>,
+    pub window: Option<Window>,
+    /// ALiBi with seeded slopes.
+    pub alibi: bool,
     pub layout: CaseLayout,
 }
 
@@ -117,6 +125,9 @@ impl Case {
             softcap: None,
             scale: None,
             quiet: false,
+            kv_heads: None,
+            window: None,
+            alibi: false,
             layout: CaseLayout::Contiguous,
         }
     }
@@ -153,7 +164,29 @@ impl Case {
         Case { bias: true, ..self }
     }
     pub fn quiet(self) -> Self {
-        Case { quiet: true, ..self }
+        Case {
+            quiet: true,
+            ..self
+        }
+    }
+    /// Grouped-query attention with `kv_heads` key/value heads.
+    pub fn gqa(self, kv_heads: usize) -> Self {
+        Case {
+            kv_heads: Some(kv_heads),
+            ..self
+        }
+    }
+    pub fn window(self, left: Option<usize>, right: Option<usize>) -> Self {
+        Case {
+            window: Some(Window { left, right }),
+            ..self
+        }
+    }
+    pub fn alibi(self) -> Self {
+        Case {
+            alibi: true,
+            ..self
+        }
     }
     pub fn softcap(self, cap: f64) -> Self {
         Case {
@@ -195,6 +228,7 @@ impl Case {
             (self.causal, "_causal"),
             (self.bias, "_bias"),
             (self.quiet, "_quiet"),
+            (self.alibi, "_alibi"),
             (self.layout == CaseLayout::Transposed, "_strided"),
             (self.layout == CaseLayout::TransposedPadded, "_padded"),
         ] {
@@ -204,6 +238,13 @@ impl Case {
         }
         if let Some((pattern, kind)) = self.mask {
             name.push_str(&format!("_mask{pattern:?}{kind:?}"));
+        }
+        if let Some(kv_heads) = self.kv_heads {
+            name.push_str(&format!("_kvh{kv_heads}"));
+        }
+        if let Some(w) = self.window {
+            let side = |b: Option<usize>| b.map_or("inf".to_string(), |b| b.to_string());
+            name.push_str(&format!("_window{}-{}", side(w.left), side(w.right)));
         }
         if let Some(cap) = self.softcap {
             name.push_str(&format!("_softcap{cap}"));
@@ -225,12 +266,15 @@ impl Case {
         AttentionProblem {
             batch: self.batch,
             num_heads: self.heads,
+            num_kv_heads: self.kv_heads.unwrap_or(self.heads),
             scale: self.scale.unwrap_or(one_head.scale),
             softcap: self.softcap,
             causal: self.causal,
             mask: self.mask.map(|(_, kind)| kind),
             has_bias: self.bias,
             quiet_softmax: self.quiet,
+            window: self.window,
+            alibi: self.alibi,
             ..one_head
         }
     }

@@ -42,6 +42,7 @@ pub fn run_forward(case: &Case, launch: Launcher) -> Result<(), String> {
         v: device.v.binding(),
         mask: device.mask.as_ref().map(DeviceTensor::binding),
         bias: device.bias.as_ref().map(DeviceTensor::binding),
+        slopes: device.slopes.as_ref().map(DeviceTensor::binding),
         o: o.binding(),
         lse: lse.binding(),
     };

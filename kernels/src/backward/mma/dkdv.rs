@@ -4,7 +4,7 @@ use cubecl::prelude::*;
 use core::marker::PhantomData;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::primitives::block_range::{causal_end, first_query_row, pair_needs_masked_pass};
+use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
@@ -17,8 +17,8 @@ use crate::problem::AttentionProblem;
 
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::backward::config::{MmaGradientConfig, BackwardKernel};
 use crate::backward::GradientInputs;
+use crate::backward::config::{BackwardKernel, MmaGradientConfig};
 use crate::primitives::score::score_params;
 
 /// Launches the mma dK/dV kernel. The caller has checked the shapes and that q, k, v, d_out
@@ -65,6 +65,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
             args.delta,
             args.mask,
             args.bias,
+            args.slopes,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
             score_params(problem),
@@ -84,6 +85,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     params: ScoreParams,
@@ -95,7 +97,8 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let kv_start = CUBE_POS_X * config.block_kv;
     let plane_row = UNIT_POS_Y * MATRIX_TILE;
     let lane = lane();
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
     let q_view = chunk_view(q, batch, head);
     let d_out_view = chunk_view(d_out, batch, head);
     let mut tiles = pair_tiles::<F, N>(config);
@@ -110,7 +113,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
     copy_rows::<F, N>(
         k,
-        &chunk_view(k, batch, head),
+        &chunk_view(k, batch, kv_head),
         &mut tiles.k,
         kv_start,
         config.block_kv,
@@ -120,7 +123,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     );
     copy_rows::<F, N>(
         v,
-        &chunk_view(v, batch, head),
+        &chunk_view(v, batch, kv_head),
         &mut tiles.v,
         kv_start,
         config.block_kv,
@@ -131,7 +134,6 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
 
     // Step 2: the query blocks that see this block (causal: none above the diagonal), each
     // with its lse and delta (through registers, into the stats tiles beside Q and dO).
-    let first_row = first_query_row(kv_start, &params, config.score);
     let inputs = QueryInputs::<F, M, N> {
         q_dout: PairSource::<F, N> {
             first: *q,
@@ -164,12 +166,13 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         dk_acc,
         dv_acc,
     };
-    let q_blocks = params.seq_q.div_ceil(config.block_q);
-    let span = BlockSpan {
-        start: first_row / config.block_q,
-        first_masked: q_blocks,
-        end: q_blocks,
-    };
+    let span = query_block_span(
+        kv_start,
+        &params,
+        config.block_q,
+        config.block_kv,
+        config.score,
+    );
     stream_blocks::<QueryBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
     let (dk_acc, dv_acc) = (state.dk_acc, state.dv_acc);
 
@@ -261,7 +264,14 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
             tile_row,
             comptime!(config.mma_inner_pair()),
         );
-        let fetched = fetch_stats(&inputs.lse, &inputs.delta, inputs.batch, inputs.head, q_start, config);
+        let fetched = fetch_stats(
+            &inputs.lse,
+            &inputs.delta,
+            inputs.batch,
+            inputs.head,
+            q_start,
+            config,
+        );
         state.stats.lse = fetched.lse;
         state.stats.delta = fetched.delta;
     }
@@ -274,7 +284,13 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
         #[comptime] config: MmaGradientConfig,
     ) {
         if started {
-            store_stats(&mut state.lse_tile, &mut state.delta_tile, tile_row, &state.stats, config);
+            store_stats(
+                &mut state.lse_tile,
+                &mut state.delta_tile,
+                tile_row,
+                &state.stats,
+                config,
+            );
         }
         S::finish::<F, N>(
             &mut state.stream,
@@ -293,7 +309,14 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
         #[comptime] config: MmaGradientConfig,
     ) -> bool {
         let (block_q, block_kv) = (config.block_q, config.block_kv);
-        pair_needs_masked_pass(block * block_q, inputs.kv_start, &inputs.params, block_q, block_kv, config.score)
+        pair_needs_masked_pass(
+            block * block_q,
+            inputs.kv_start,
+            &inputs.params,
+            block_q,
+            block_kv,
+            config.score,
+        )
     }
 
     fn compute(

@@ -4,7 +4,9 @@ use cubecl::prelude::*;
 use core::marker::PhantomData;
 
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
-use crate::primitives::block_range::{kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end};
+use crate::primitives::block_range::{
+    kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
+};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
@@ -16,10 +18,10 @@ use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::primitives::tile_io::row_stat;
-use crate::backward::config::{MmaGradientConfig, BackwardKernel};
 use crate::backward::GradientInputs;
+use crate::backward::config::{BackwardKernel, MmaGradientConfig};
 use crate::primitives::score::score_params;
+use crate::primitives::tile_io::row_stat;
 
 /// Launches the mma dQ kernel (preconditions as for [`super::flash_attention_backward_dkdv_mma`]).
 pub fn flash_attention_backward_dq_mma<R: Runtime, F: Float, M: Int>(
@@ -61,6 +63,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
             args.delta,
             args.mask,
             args.bias,
+            args.slopes,
             dq.into_tensor_arg(),
             score_params(problem),
             config,
@@ -79,6 +82,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     dq: &mut Tensor<F>,
     params: ScoreParams,
     #[comptime] config: MmaGradientConfig,
@@ -90,9 +94,10 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let q_start = q_block * config.block_q;
     let plane_row = UNIT_POS_Y * MATRIX_TILE;
     let lane = lane();
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
-    let k_view = chunk_view(k, batch, head);
-    let v_view = chunk_view(v, batch, head);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
+    let k_view = chunk_view(k, batch, kv_head);
+    let v_view = chunk_view(v, batch, kv_head);
     let mut tiles = pair_tiles::<F, N>(config);
     let head_tiles = comptime!(config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N);
     let dq_acc = zero_accumulators(head_tiles);

@@ -30,7 +30,9 @@ use core::marker::PhantomData;
 
 use crate::config::{MATRIX_TILE, MmaConfig};
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first, rows_kv_end};
-use crate::primitives::block_stream::{BlockBody, BlockSpan, Masking, StreamSchedule, Streams, stream_blocks};
+use crate::primitives::block_stream::{
+    BlockBody, BlockSpan, Masking, StreamSchedule, Streams, stream_blocks,
+};
 use crate::primitives::chunk_io::{chunk_tile, chunk_view, copy_rows};
 use crate::primitives::mma::{
     BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, a_fragment, accumulate_product, lane,
@@ -62,13 +64,37 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     unsafe {
         if config.async_kv {
             flash_attention_forward_mma_kernel::launch_unchecked::<F, M, AsyncCopy, R>(
-                client, cube_count, cube_dim, chunk, args.q, args.k, args.v, args.mask, args.bias,
-                args.o, args.lse, params, config,
+                client,
+                cube_count,
+                cube_dim,
+                chunk,
+                args.q,
+                args.k,
+                args.v,
+                args.mask,
+                args.bias,
+                args.slopes,
+                args.o,
+                args.lse,
+                params,
+                config,
             )
         } else {
             flash_attention_forward_mma_kernel::launch_unchecked::<F, M, Staged, R>(
-                client, cube_count, cube_dim, chunk, args.q, args.k, args.v, args.mask, args.bias,
-                args.o, args.lse, params, config,
+                client,
+                cube_count,
+                cube_dim,
+                chunk,
+                args.q,
+                args.k,
+                args.v,
+                args.mask,
+                args.bias,
+                args.slopes,
+                args.o,
+                args.lse,
+                params,
+                config,
             )
         }
     }
@@ -93,6 +119,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     v: &Tensor<Vector<F, N>>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
+    slopes: &Tensor<f32>,
     o: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     params: ScoreParams,
@@ -107,9 +134,10 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     let q_start = q_block * config.block_q();
     let plane_row = UNIT_POS_Y * config.plane_rows;
     let lane = lane();
-    let k_view = chunk_view(k, batch, head);
-    let v_view = chunk_view(v, batch, head);
-    let tensors = score_tensors(mask, bias, batch, head, config.score);
+    let kv_head = head / (heads / k.shape(1) as u32);
+    let k_view = chunk_view(k, batch, kv_head);
+    let v_view = chunk_view(v, batch, kv_head);
+    let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
 
     let mut tiles = Tiles::<F, N> {
         q: chunk_tile::<F, N>(config.block_q(), config.mma_head_stride()),
@@ -148,7 +176,12 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         config.block_kv,
         config.score,
     );
-    let plane_kv_end = rows_kv_end(q_start + plane_row, config.plane_rows, &params, config.score);
+    let plane_kv_end = rows_kv_end(
+        q_start + plane_row,
+        config.plane_rows,
+        &params,
+        config.score,
+    );
     let first_row = q_start + plane_row + lane.group;
     let inputs = KvInputs::<F, M, N> {
         kv: PairSource::<F, N> {
@@ -313,7 +346,13 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
             let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
             #[unroll]
             for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-                let a_step = query_step::<F, N>(&inputs.q_frags, &state.tiles.q, inputs.plane_row, kk, config);
+                let a_step = query_step::<F, N>(
+                    &inputs.q_frags,
+                    &state.tiles.q,
+                    inputs.plane_row,
+                    kk,
+                    config,
+                );
                 #[unroll]
                 for jj in 0..kv_pairs {
                     let b = load_b_by_rows::<F, N>(
