@@ -53,7 +53,7 @@ TRANSPARENT = re.compile(r"\b(FloatTensor|IntTensor|BoolTensor|QuantizedTensor|D
 
 # Hand-written bodies (by method name) for the two methods that do not forward.
 SPECIAL = {
-    "attention": "I::flash_attention({args})",
+    "attention": "crate::extension::routed_attention::<I>({args})",
     "name": 'format!("flash<{{}}>", I::name({args}))',
 }
 

@@ -16,7 +16,7 @@ use burn_backend::{
 use burn_flash_attn_kernels::plan::BackwardPlan;
 use burn_flash_attn_kernels::{AttentionProblem, Passes};
 
-use crate::attention::{AttentionInputs, FlashAttention, FlashKernels, SavedForward};
+use crate::attention::{AttentionInputs, Extension, FlashAttention, FlashKernels, Refused, SavedForward};
 use crate::routing::{AttentionCall, Route, route};
 
 #[derive(Debug)]
@@ -31,6 +31,7 @@ struct FlashAttentionState<B: FlashKernels> {
     value: NodeId,
     mask: Option<BoolTensor<B>>,
     attn_bias: Option<FloatTensor<B>>,
+    alibi_slopes: Option<FloatTensor<B>>,
     saved: SavedForward<B>,
     problem: AttentionProblem,
     /// The backward half of the plan the router made before the forward ran.
@@ -55,6 +56,7 @@ impl<B: FlashKernels> Backward<B, 3> for FlashAttentionBackward {
             value: checkpointer.retrieve_node_output(state.value),
             mask: state.mask,
             attn_bias: state.attn_bias,
+            alibi_slopes: state.alibi_slopes,
         };
         let d = B::flash_backward(inputs, state.saved, grad_out, state.problem, &state.plan);
         for (node, grad) in [(node_query, d.query), (node_key, d.key), (node_value, d.value)] {
@@ -73,8 +75,11 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
         mask: Option<BoolTensor<Self>>,
         attn_bias: Option<FloatTensor<Self>>,
         options: AttentionModuleOptions,
-    ) -> FloatTensor<Self> {
+        extension: Option<Extension<FloatTensor<Self>>>,
+    ) -> Result<FloatTensor<Self>, Refused> {
         let device = B::float_device(&query.primitive);
+        // The slopes are constants: the inner backend's tensor, no node.
+        let extension = extension.map(|e| e.map(|slopes| slopes.primitive));
         let call = AttentionCall {
             query: &query.primitive,
             key: &key.primitive,
@@ -82,16 +87,22 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
             mask: mask.as_ref(),
             attn_bias: attn_bias.as_ref().map(|b| &b.primitive),
             options: &options,
+            extension: extension.as_ref(),
             bias_requires_grad: attn_bias.as_ref().is_some_and(|b| !b.node.requirement.is_none()),
         };
         // Training plans the backward before the forward runs; a call no gradient flows
         // through (all of q, k, v constants) plans the forward alone.
         let tracked = [&query, &key, &value].iter().any(|t| !t.node.requirement.is_none());
         let passes = if tracked { Passes::ForwardBackward } else { Passes::Forward };
-        let Route::Kernel { problem, plan } = route(&call, passes, |p, passes| B::flash_plan(&device, p, passes)) else {
-            return attention_fallback::<Self>(query, key, value, mask, attn_bias, options);
+        let (problem, plan) = match route(&call, passes, |p, passes| B::flash_plan(&device, p, passes)) {
+            Route::Kernel { problem, plan } => (problem, plan),
+            Route::Fallback { reason } if extension.is_some() => return Err(Refused(reason)),
+            Route::Fallback { .. } => {
+                return Ok(attention_fallback::<Self>(query, key, value, mask, attn_bias, options));
+            }
         };
         let bias = attn_bias.map(|b| b.primitive);
+        let slopes = extension.and_then(|e| e.alibi_slopes);
 
         match FlashAttentionBackward
             .prepare::<C>([query.node.clone(), key.node.clone(), value.node.clone()])
@@ -106,13 +117,24 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
                     value: value.primitive,
                     mask: mask.clone(),
                     attn_bias: bias.clone(),
+                    alibi_slopes: slopes.clone(),
                 };
                 let saved = B::flash_forward(inputs, problem, &plan.forward);
                 let out = saved.out.clone();
                 let [query, key, value] = ids;
                 let plan = plan.backward.expect("a tracked call is planned with its backward");
-                let state = FlashAttentionState { query, key, value, mask, attn_bias: bias, saved, problem, plan };
-                prep.finish(state, out)
+                let state = FlashAttentionState {
+                    query,
+                    key,
+                    value,
+                    mask,
+                    attn_bias: bias,
+                    alibi_slopes: slopes,
+                    saved,
+                    problem,
+                    plan,
+                };
+                Ok(prep.finish(state, out))
             }
             OpsKind::UnTracked(prep) => {
                 let inputs = AttentionInputs {
@@ -121,8 +143,9 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
                     value: value.primitive,
                     mask,
                     attn_bias: bias,
+                    alibi_slopes: slopes,
                 };
-                prep.finish(B::flash_forward(inputs, problem, &plan.forward).out)
+                Ok(prep.finish(B::flash_forward(inputs, problem, &plan.forward).out))
             }
         }
     }

@@ -58,6 +58,7 @@ where
             v: v.binding(),
             mask: inputs.mask.map(CubeTensor::binding),
             bias: inputs.attn_bias.map(CubeTensor::binding),
+            slopes: inputs.alibi_slopes.map(CubeTensor::binding),
             o: out.clone().binding(),
             lse: lse.clone().binding(),
         };
@@ -89,6 +90,7 @@ where
             lse: saved.lse.binding(),
             mask: inputs.mask.map(CubeTensor::binding),
             bias: inputs.attn_bias.map(CubeTensor::binding),
+            slopes: inputs.alibi_slopes.map(CubeTensor::binding),
             dq: dq.clone().binding(),
             dk: dk.clone().binding(),
             dv: dv.clone().binding(),

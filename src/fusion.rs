@@ -22,6 +22,7 @@ type Handles<B> = HandleContainer<<<B as FusionBackend>::FusionRuntime as Fusion
 struct Optionals {
     mask: bool,
     attn_bias: bool,
+    alibi_slopes: bool,
 }
 
 impl Optionals {
@@ -37,12 +38,16 @@ impl Optionals {
         let attn_bias = self
             .attn_bias
             .then(|| handles.get_float_tensor::<B>(rest.next().expect("attn_bias input")));
+        let alibi_slopes = self
+            .alibi_slopes
+            .then(|| handles.get_float_tensor::<B>(rest.next().expect("alibi slopes input")));
         AttentionInputs {
             query: handles.get_float_tensor::<B>(q),
             key: handles.get_float_tensor::<B>(k),
             value: handles.get_float_tensor::<B>(v),
             mask,
             attn_bias,
+            alibi_slopes,
         }
     }
 }
@@ -50,9 +55,9 @@ impl Optionals {
 /// Which kernels a [`FlashOp`] runs, with the plan the router made for them.
 #[derive(Debug, Clone)]
 enum Pass {
-    /// Inputs q, k, v, [mask], [bias]; outputs o, lse.
+    /// Inputs q, k, v, [mask], [bias], [slopes]; outputs o, lse.
     Forward(ForwardPlan),
-    /// Inputs q, k, v, o, d_out, lse, [mask], [bias]; outputs dq, dk, dv.
+    /// Inputs q, k, v, o, d_out, lse, [mask], [bias], [slopes]; outputs dq, dk, dv.
     Backward(BackwardPlan),
 }
 
@@ -122,9 +127,14 @@ fn inputs_of<B: FusionBackend>(
     head: impl IntoIterator<Item = FloatOrBool<B>>,
     mask: Option<FloatOrBool<B>>,
     attn_bias: Option<FloatOrBool<B>>,
+    alibi_slopes: Option<FloatOrBool<B>>,
 ) -> (Vec<FloatOrBool<B>>, Optionals) {
-    let optionals = Optionals { mask: mask.is_some(), attn_bias: attn_bias.is_some() };
-    (head.into_iter().chain(mask).chain(attn_bias).collect(), optionals)
+    let optionals = Optionals {
+        mask: mask.is_some(),
+        attn_bias: attn_bias.is_some(),
+        alibi_slopes: alibi_slopes.is_some(),
+    };
+    (head.into_iter().chain(mask).chain(attn_bias).chain(alibi_slopes).collect(), optionals)
 }
 
 impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
@@ -136,7 +146,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
         let [batch, heads, seq_q, _] = inputs.query.shape().dims::<4>();
         let dtype = inputs.query.dtype();
         let (all, optionals) =
-            inputs_of::<B>([inputs.query, inputs.key, inputs.value], inputs.mask, inputs.attn_bias);
+            inputs_of::<B>([inputs.query, inputs.key, inputs.value], inputs.mask, inputs.attn_bias, inputs.alibi_slopes);
         let outputs = [
             (Shape::new([batch, heads, seq_q, problem.val_dim]), dtype),
             (Shape::new([batch, heads, seq_q]), DType::F32),
@@ -156,7 +166,7 @@ impl<B: FusionBackend + FlashKernels> FlashKernels for Fusion<B> {
     ) -> AttentionGrads<Self> {
         let outputs = [&inputs.query, &inputs.key, &inputs.value].map(|t| (t.shape(), t.dtype()));
         let head = [inputs.query, inputs.key, inputs.value, saved.out, grad_out, saved.lse];
-        let (all, optionals) = inputs_of::<B>(head, inputs.mask, inputs.attn_bias);
+        let (all, optionals) = inputs_of::<B>(head, inputs.mask, inputs.attn_bias, inputs.alibi_slopes);
         let [query, key, value] = register::<B, _, 3>("flash_attention_backward", all, outputs, |desc| {
             FlashOp::<B> { desc, problem, optionals, pass: Pass::Backward(plan.clone()), _backend: PhantomData }
         });

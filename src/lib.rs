@@ -28,12 +28,13 @@ pub mod attention;
 mod autodiff;
 mod backend;
 mod cube;
+mod extension;
 mod fusion;
 mod ops;
 pub mod routing;
 pub mod tuning;
 
-pub use attention::{FlashAttention, FlashKernels};
+pub use attention::{Extension, FlashAttention, FlashKernels, Refused};
 pub use backend::{Flash, from_flash, into_flash};
 pub use burn_flash_attn_kernels as kernels;
 pub use routing::{Route, RouteCounts, last_route, route_counts};

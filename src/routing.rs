@@ -8,6 +8,8 @@ use burn_backend::{DType, TensorMetadata, ops::AttentionModuleOptions};
 use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, MaskKind, Passes, Plan};
 use burn_std::BoolStore;
 
+use crate::attention::Extension;
+
 /// Where one `attention` call goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Route {
@@ -42,6 +44,8 @@ pub struct AttentionCall<'a, T, M> {
     pub mask: Option<&'a M>,
     pub attn_bias: Option<&'a T>,
     pub options: &'a AttentionModuleOptions,
+    /// What [`crate::flash_attention`] adds (`None` for a `module::attention` call).
+    pub extension: Option<&'a Extension<T>>,
     /// The bias takes part in autodiff: dBias = dS is a full `[batch, heads, seq_q, seq_kv]`
     /// tensor, which a FlashAttention backward does not produce.
     pub bias_requires_grad: bool,
@@ -66,7 +70,7 @@ pub fn route<T: TensorMetadata, M: TensorMetadata>(
             Err(err) => Route::Fallback { reason: err.to_string() },
         }
     };
-    record(&route);
+    record(&route, call.extension.is_some());
     route
 }
 
@@ -107,7 +111,7 @@ fn problem_of<T: TensorMetadata, M: TensorMetadata>(
     let mask = call.mask.map(|m| mask_kind(m.dtype())).transpose()?;
     let mask_shape = call.mask.map(|m| m.shape());
     let bias_shape = call.attn_bias.map(|b| b.shape());
-    AttentionProblem::from_shapes(
+    let problem = AttentionProblem::from_shapes(
         &call.query.shape(),
         &call.key.shape(),
         &call.value.shape(),
@@ -118,7 +122,30 @@ fn problem_of<T: TensorMetadata, M: TensorMetadata>(
         call.options.softcap,
         call.options.is_causal,
         mask.unwrap_or(MaskKind::U8),
-    )
+    )?;
+    let Some(extension) = call.extension else { return Ok(problem) };
+    if extension.dropout.is_some_and(|p| p > 0.0) {
+        return Err(FlashError::NotInKernels { feature: "attention dropout" });
+    }
+    if let Some(slopes) = &extension.alibi_slopes
+        && (slopes.shape().as_slice() != [problem.num_heads] || slopes.dtype() != DType::F32)
+    {
+        return Err(FlashError::ShapeMismatch {
+            what: "alibi slopes",
+            detail: format!(
+                "expected f32 [{}] (num_heads), got {:?} {:?}",
+                problem.num_heads,
+                slopes.dtype(),
+                slopes.shape()
+            ),
+        });
+    }
+    Ok(AttentionProblem {
+        quiet_softmax: extension.quiet_softmax,
+        window: extension.window,
+        alibi: extension.alibi_slopes.is_some(),
+        ..problem
+    })
 }
 
 /// How many calls took each route since the process started (tests and examples read these to
@@ -146,16 +173,27 @@ pub fn last_route() -> Option<Route> {
     LAST_ROUTE.lock().map(|r| r.clone()).unwrap_or(None)
 }
 
-fn record(route: &Route) {
+/// Counts the route and logs a fallback's reason once. A refusal of a
+/// [`crate::flash_attention`] call (`extended`) is counted as a fallback and logged by the
+/// caller, which returns it as an error or computes it with Burn ops.
+fn record(route: &Route, extended: bool) {
     let counter = if route.is_kernel() { &KERNEL_CALLS } else { &FALLBACK_CALLS };
     counter.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut last) = LAST_ROUTE.lock() {
         *last = Some(route.clone());
     }
     if let Route::Fallback { reason } = route
-        && let Ok(mut logged) = LOGGED_REASONS.lock()
-        && logged.get_or_insert_with(HashSet::new).insert(reason.clone())
+        && !extended
     {
-        log::warn!("burn-flash-attn: attention falls back to Burn's attention_fallback: {reason}");
+        log_once(&format!("burn-flash-attn: attention falls back to Burn's attention_fallback: {reason}"));
+    }
+}
+
+/// Logs `message` (a warning) the first time it occurs in the process.
+pub(crate) fn log_once(message: &str) {
+    if let Ok(mut logged) = LOGGED_REASONS.lock()
+        && logged.get_or_insert_with(HashSet::new).insert(message.to_string())
+    {
+        log::warn!("{message}");
     }
 }

@@ -464,7 +464,7 @@ impl<I: FlashAttention> ModuleOps<Self> for Flash<I> {
         attn_bias: Option<FloatTensor<Self>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
-        I::flash_attention(query, key, value, mask, attn_bias, options)
+        crate::extension::routed_attention::<I>(query, key, value, mask, attn_bias, options)
     }
     fn layer_norm(
         tensor: FloatTensor<Self>,

@@ -105,6 +105,7 @@ impl Case {
         AttentionProblem {
             batch: self.batch,
             num_heads: self.heads,
+            num_kv_heads: self.heads,
             seq_q: self.seq_q,
             seq_kv: self.seq_kv,
             head_dim: self.head_dim,
@@ -116,6 +117,8 @@ impl Case {
             mask: self.mask.then_some(MaskKind::U32),
             has_bias: self.bias,
             quiet_softmax: false,
+            window: None,
+            alibi: false,
         }
     }
 
@@ -124,7 +127,7 @@ impl Case {
         let (q, k, v) = (to_f64(data.q.clone()), to_f64(data.k.clone()), to_f64(data.v.clone()));
         let mask = data.mask.as_ref().map(|m| m.to_vec::<bool>().expect("bool mask"));
         let bias = data.bias.clone().map(to_f64);
-        let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref() };
+        let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref(), alibi: None };
         let problem = self.problem();
         let d_out = to_f64(data.d_out.clone());
         (
@@ -139,7 +142,7 @@ impl Case {
         let (q, k, v) = (to_f64(data.q.clone()), to_f64(data.k.clone()), to_f64(data.v.clone()));
         let mask = data.mask.as_ref().map(|m| m.to_vec::<bool>().expect("bool mask"));
         let bias = data.bias.clone().map(to_f64);
-        let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref() };
+        let inputs = Inputs { q: &q, k: &k, v: &v, mask: mask.as_deref(), bias: bias.as_deref(), alibi: None };
         let grads = reference::backward(&self.problem(), &inputs, &to_f64(data.d_out.clone()), Precision::F32);
         [grads.dq, grads.dk, grads.dv]
     }

@@ -189,6 +189,7 @@ fn f64_model(p: &Params, x: &[f64], target: &[f64]) -> (Vec<f64>, f64, Params) {
     let problem = AttentionProblem {
         batch: BATCH,
         num_heads: HEADS,
+        num_kv_heads: HEADS,
         seq_q: SEQ,
         seq_kv: SEQ,
         head_dim: HEAD_DIM,
@@ -200,11 +201,13 @@ fn f64_model(p: &Params, x: &[f64], target: &[f64]) -> (Vec<f64>, f64, Params) {
         mask: None,
         has_bias: false,
         quiet_softmax: false,
+        window: None,
+        alibi: false,
     };
     let d = D_MODEL;
     let qkv = linear(x, &p[0], &p[1], d, 3 * d);
     let [q, k, v] = [0, 1, 2].map(|part| split_heads(&qkv, 3 * d, part * d));
-    let inputs = Inputs { q: &q, k: &k, v: &v, mask: None, bias: None };
+    let inputs = Inputs { q: &q, k: &k, v: &v, mask: None, bias: None, alibi: None };
     let mut y = vec![0.0; x.len()];
     merge_heads(&reference::forward(&problem, &inputs, Precision::F64).o, &mut y, d, 0);
     let out = linear(&y, &p[2], &p[3], d, d);
