@@ -3,8 +3,8 @@
 //! cargo feature (`cuda` for the H200 runs recorded in benches/RESULTS.md).
 //!
 //! ```text
-//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory] [--quick]
-//!     [--bar] [--flash-only] [--fwd-only]
+//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory|features|features-memory]
+//!     [--quick] [--bar] [--flash-only] [--fwd-only]
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
 //! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs);
@@ -24,6 +24,9 @@ use burn::tensor::{
 use burn_autodiff::Autodiff;
 use burn_cubecl::CubeBackend;
 use burn_flash_attn::{Flash, last_route};
+
+#[path = "features/mod.rs"]
+mod features;
 use burn_fusion::Fusion;
 use cubecl::Runtime as _;
 use half::bf16;
@@ -226,7 +229,9 @@ fn main() {
     let only = Only { flash: flag("--flash-only"), forward: flag("--fwd-only") };
     match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
         Some("memory") => memory(),
+        Some("features") => features::features(only.flash),
+        Some("features-memory") => features::features_memory(),
         Some("speed") | None => speed(shapes, only),
-        Some(other) => eprintln!("unknown mode {other}: use speed or memory"),
+        Some(other) => eprintln!("unknown mode {other}: use speed, memory, features or features-memory"),
     }
 }

@@ -24,6 +24,12 @@
 //!
 //! What the kernels cannot run (see [`routing`]) goes to Burn's `attention_fallback`, with the
 //! reason logged once through `log`.
+//!
+//! Beyond Burn's options, [`flash_attention`] takes [`FlashAttentionOptions`]: grouped-query
+//! attention, sliding windows, key and query padding, ALiBi, quiet softmax and dropout, with
+//! typed errors ([`AttentionError`]) for bad input. On any backend it computes with Burn ops;
+//! on `Flash<..>` it reaches the kernels (see the `api` module for how, with `B: Backend` alone).
+pub mod api;
 pub mod attention;
 mod autodiff;
 mod backend;
@@ -34,6 +40,7 @@ mod ops;
 pub mod routing;
 pub mod tuning;
 
+pub use api::{AttentionError, Dropout, FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention};
 pub use attention::{Extension, FlashAttention, FlashKernels, Refused};
 pub use backend::{Flash, from_flash, into_flash};
 pub use burn_flash_attn_kernels as kernels;

@@ -67,6 +67,10 @@ pub struct Window {
 }
 
 impl Window {
+    pub fn new(left: Option<usize>, right: Option<usize>) -> Self {
+        Self { left, right }
+    }
+
     /// The bounds as the kernels take them: each side clamped to `seq_q + seq_kv` (a reach no
     /// row exceeds), so that the kernels' sums stay far from `u32::MAX`.
     pub fn clamped(&self, seq_q: usize, seq_kv: usize) -> (u32, u32) {

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .carry/bin .carry/anchors
 cp ../shared/anchors/*.py .carry/anchors/ 2>/dev/null || true
+cp benches/anchors/*.py .carry/anchors/
 pack() {  # pack NAME PATH
   strip -o ".carry/bin/$1" "$2" && gzip -f ".carry/bin/$1"
 }
