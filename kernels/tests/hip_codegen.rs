@@ -20,7 +20,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use burn_flash_attn_kernels::plan::DeviceCaps;
-use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
+use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind, Window};
 use hip_offline::checks::{WAVE, needs_rocwmma, violations};
 use hip_offline::variants::{Variant, hip_source, routed_variants};
 use hip_offline::{GFX942, Intrinsics, MI300X_LDS_BYTES, MatrixCores, OfflineHip, RocWmma};
@@ -51,6 +51,8 @@ struct Options {
     bias: bool,
     softcap: bool,
     quiet: bool,
+    /// Window, ALiBi and grouped-query attention ([`all_features`]).
+    features: bool,
 }
 
 const PLAIN: Options = Options {
@@ -59,6 +61,7 @@ const PLAIN: Options = Options {
     bias: false,
     softcap: false,
     quiet: false,
+    features: false,
 };
 
 fn all_on(mask: MaskKind) -> Options {
@@ -68,6 +71,16 @@ fn all_on(mask: MaskKind) -> Options {
         bias: true,
         softcap: true,
         quiet: false,
+        features: false,
+    }
+}
+
+/// Every logit option with the model features: a sliding window, ALiBi, and grouped-query
+/// attention (a runtime head mapping: the same variants as without).
+fn all_features() -> Options {
+    Options {
+        features: true,
+        ..all_on(MaskKind::U32)
     }
 }
 
@@ -91,6 +104,7 @@ fn every_option() -> Vec<Options> {
                         bias,
                         softcap,
                         quiet: false,
+                        features: false,
                     });
                 }
             }
@@ -114,6 +128,9 @@ fn problem(
         mask: o.mask,
         has_bias: o.bias,
         quiet_softmax: o.quiet,
+        num_kv_heads: if o.features { 2 } else { 8 },
+        window: o.features.then_some(Window { left: Some(200), right: Some(0) }),
+        alibi: o.features,
         ..support::problem(dtype, head_dim, val_dim, seq_q, seq_kv)
     }
 }
@@ -126,10 +143,10 @@ fn grid() -> (Vec<AttentionProblem>, Vec<AttentionProblem>) {
     let (mut checked, mut compiled) = (Vec::new(), Vec::new());
     for dtype in DTYPES {
         for dims in DIMS {
-            for options in every_option().into_iter().chain([all_on_quiet()]) {
+            for options in every_option().into_iter().chain([all_on_quiet(), all_features()]) {
                 checked.push(problem(LONG, LONG, dims, dtype, options));
             }
-            for options in [PLAIN, all_on(MaskKind::U8), all_on(MaskKind::U32), all_on_quiet()] {
+            for options in [PLAIN, all_on(MaskKind::U8), all_on(MaskKind::U32), all_on_quiet(), all_features()] {
                 compiled.push(problem(LONG, LONG, dims, dtype, options));
             }
             for seq_q in SWEEP {

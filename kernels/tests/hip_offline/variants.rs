@@ -95,13 +95,15 @@ impl Variant {
     }
 }
 
-/// `plain`, or the options on: `causal-mask-bias-softcap`.
+/// `plain`, or the options on: `causal-mask-bias-softcap-window-alibi`.
 pub fn options_tag(options: ScoreOptions) -> String {
     let on: Vec<&str> = [
         (options.causal, "causal"),
         (options.has_mask, "mask"),
         (options.has_bias, "bias"),
         (options.has_softcap, "softcap"),
+        (options.window, "window"),
+        (options.alibi, "alibi"),
     ]
     .into_iter()
     .filter_map(|(on, tag)| on.then_some(tag))
