@@ -5,7 +5,7 @@
 #
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | features
-#         | tune | profile | sanitize
+#         | features-burn | tune | profile | sanitize
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -104,14 +104,13 @@ for s in "$@"; do
     bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
-    # The model features (issue 13): ours first (a crash of Burn's rows, which materialize
-    # [B,H,N,N] at N = 8192, cannot lose them), PyTorch's anchors, the N = 8192 padding memory,
-    # then Burn's rows.
+    # The model features (issue 13): ours, PyTorch's anchors, the N = 8192 padding memory;
+    # Burn's rows (which materialize [B,H,N,N] at N = 8192) in their own step, features-burn.
     features)
       step features-flash "$BIN/attention" features --flash-only
       STEP_TIMEOUT=${ANCHOR_TIMEOUT:-300} step features-torch python3 .carry/anchors/torch_features.py
-      step features-memory "$BIN/attention" features-memory
-      STEP_TIMEOUT=${BURN_TIMEOUT:-200} step features-burn "$BIN/attention" features ;;
+      step features-memory "$BIN/attention" features-memory ;;
+    features-burn) STEP_TIMEOUT=${BURN_TIMEOUT:-300} step features-burn "$BIN/attention" features ;;
     tune)
       for cfg in ${TUNE_FWD:-8,64,16,1 8,32,16,1 8,64,16,2 8,32,16,2 4,64,32,1 4,64,32,2 4,32,32,2 16,64,16,2}; do
         BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
