@@ -35,6 +35,8 @@ pub enum FlashError {
         num_heads: usize,
         num_kv_heads: usize,
     },
+    #[error("dropout probability must be in [0, 1), got {0}")]
+    InvalidDropout(f64),
     #[error("softcap must be positive and finite, got {0}")]
     InvalidSoftcap(f64),
     #[error("scale must be finite, got {0}")]

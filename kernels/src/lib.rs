@@ -25,4 +25,4 @@ pub use config::{ForwardConfig, ForwardPath, MatrixConfig, MmaConfig, PortableCo
 pub use error::FlashError;
 pub use forward::{ForwardTensors, flash_attention_forward};
 pub use plan::{DeviceCaps, Layout, Passes, Plan, Tuning, plan};
-pub use problem::{AttentionProblem, FloatKind, MaskKind, MAX_HEAD_DIM, Window};
+pub use problem::{AttentionProblem, Dropout, FloatKind, MaskKind, MAX_HEAD_DIM, Window};

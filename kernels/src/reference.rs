@@ -75,6 +75,21 @@ pub struct Inputs<'a> {
     pub alibi: Option<&'a [f64]>,
 }
 
+/// The dropout factor of entry `(i, j)` of query head `bh`: `1 / (1 - p)` kept, 0 dropped, 1
+/// without dropout (the kernels' mask, regenerated on the host).
+fn dropout_factor(p: &AttentionProblem, bh: usize, i: usize, j: usize) -> f64 {
+    match p.dropout {
+        Some(d) if d.prob > 0.0 => {
+            if crate::primitives::dropout::keep_host(d.seed, d.prob, bh as u32, i as u32, j as u32) {
+                1.0 / (1.0 - d.prob)
+            } else {
+                0.0
+            }
+        }
+        _ => 1.0,
+    }
+}
+
 /// The (batch * num_kv_heads) index of the key/value head query head `bh` (a batch * num_heads
 /// index) reads.
 fn kv_index(p: &AttentionProblem, bh: usize) -> usize {
@@ -175,7 +190,9 @@ pub fn forward(p: &AttentionProblem, x: &Inputs, prec: Precision) -> Forward {
             let (prob, row_lse) = softmax_row(&s[i * skv..(i + 1) * skv], p.quiet_softmax, prec);
             lse[bh * sq + i] = row_lse;
             for c in 0..dv {
-                let acc = prec.sum((0..skv).map(|j| prob[j] * x.v[(bkv * skv + j) * dv + c]));
+                let acc = prec.sum(
+                    (0..skv).map(|j| prec.arith(prob[j] * dropout_factor(p, bh, i, j)) * x.v[(bkv * skv + j) * dv + c]),
+                );
                 o[(bh * sq + i) * dv + c] = prec.round(acc);
             }
         }
@@ -201,11 +218,14 @@ pub fn backward(p: &AttentionProblem, x: &Inputs, d_out: &[f64], prec: Precision
             for j in 0..skv {
                 let kv_row = bkv * skv + j;
                 let dp = prec.sum((0..dv).map(|c| d_out[row * dv + c] * x.v[kv_row * dv + c]));
+                // Dropout: dV takes P * z, dS = P * (dP * z - delta).
+                let z = dropout_factor(p, bh, i, j);
+                let dropped = prec.arith(prob[j] * z);
                 for c in 0..dv {
                     let at = kv_row * dv + c;
-                    dvv[at] = prec.arith(dvv[at] + prob[j] * d_out[row * dv + c]);
+                    dvv[at] = prec.arith(dvv[at] + dropped * d_out[row * dv + c]);
                 }
-                let mut ds = prec.arith(prob[j] * prec.arith(dp - delta[row]));
+                let mut ds = prec.arith(prob[j] * prec.arith(prec.arith(dp * z) - delta[row]));
                 if p.softcap.is_some() {
                     let t = tanh[i * skv + j];
                     ds = prec.arith(ds * prec.arith(1.0 - t * t));

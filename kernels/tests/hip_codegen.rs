@@ -75,8 +75,8 @@ fn all_on(mask: MaskKind) -> Options {
     }
 }
 
-/// Every logit option with the model features: a sliding window, ALiBi, and grouped-query
-/// attention (a runtime head mapping: the same variants as without).
+/// Every logit option with the model features: a sliding window, ALiBi, dropout, and
+/// grouped-query attention (a runtime head mapping: the same variants as without).
 fn all_features() -> Options {
     Options {
         features: true,
@@ -131,6 +131,7 @@ fn problem(
         num_kv_heads: if o.features { 2 } else { 8 },
         window: o.features.then_some(Window { left: Some(200), right: Some(0) }),
         alibi: o.features,
+        dropout: o.features.then_some(burn_flash_attn_kernels::Dropout::new(0.1, 7)),
         ..support::problem(dtype, head_dim, val_dim, seq_q, seq_kv)
     }
 }

@@ -35,6 +35,9 @@ fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfi
             seq_kv: (),
             window_left: (),
             window_right: (),
+            dropout_seed: (),
+            dropout_threshold: (),
+            dropout_scale: (),
         },
         config,
     ))

@@ -62,6 +62,9 @@ fn params() -> ScoreParamsCompilationArg {
         seq_kv: (),
         window_left: (),
         window_right: (),
+        dropout_seed: (),
+        dropout_threshold: (),
+        dropout_scale: (),
     }
 }
 

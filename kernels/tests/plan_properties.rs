@@ -99,6 +99,7 @@ fn problem() -> impl Strategy<Value = AttentionProblem> {
                 quiet_softmax,
                 window: None,
                 alibi: false,
+                dropout: None,
             }
         })
 }
@@ -257,6 +258,7 @@ fn tunings_the_kernels_cannot_take_are_typed_errors() {
         quiet_softmax: false,
         window: None,
         alibi: false,
+        dropout: None,
     };
     let tuned = |tuning: Tuning| plan(&p, &caps, Layout::CHUNKED, &tuning, Passes::ForwardBackward);
     let rows32 = "4,32,32".parse().expect("valid text");

@@ -26,6 +26,7 @@ fn problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
         quiet_softmax: false,
         window: None,
         alibi: false,
+        dropout: None,
     }
 }
 

@@ -11,6 +11,7 @@
 //! multiply their accumulated `dS K` / `dS^T Q` by `scale` once, when they write.
 use cubecl::prelude::*;
 
+use crate::primitives::dropout::dropout_factor;
 use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
 };
@@ -201,9 +202,15 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
                     dp += tiles.d_out[(i * dv + c) as usize] * tiles.v[(j * dv + c) as usize];
                 }
                 let capped = scaled_logit(dot, params, config.score);
+                // Dropout: dV takes the dropped P, dS = P * (dP * z - delta).
+                let mut z = 1.0f32;
+                if comptime!(config.score.dropout) {
+                    z = dropout_factor(pair.q_start + i, pair.kv_start + j, params);
+                }
                 ds = p
-                    * (dp - tiles.delta[i as usize])
+                    * (dp * z - tiles.delta[i as usize])
                     * softcap_derivative(capped, params, config.score);
+                p *= z;
             }
             let at = (i * score_cols + j) as usize;
             if comptime!(config.keeps_p()) {

@@ -242,11 +242,14 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             &mut tiles.partial_max,
             &mut tiles.partial_sum,
             role,
+            params,
+            kv_start,
             config.kv_cols_per_unit(),
             lanes,
             bkv,
             masked_pass,
             config.precise_math,
+            config.score.dropout,
         );
 
         // P V for this plane's rows, into shared memory.

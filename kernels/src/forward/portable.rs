@@ -227,11 +227,14 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
             &mut tiles.partial_max,
             &mut tiles.partial_sum,
             role,
+            params,
+            kv_start,
             config.kv_cols_per_unit(),
             lanes,
             score_cols,
             masked_pass,
             config.precise_math,
+            config.score.dropout,
         );
 
         // O = alpha * O + P V for this unit's O columns.

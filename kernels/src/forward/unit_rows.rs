@@ -6,6 +6,7 @@ use cubecl::prelude::*;
 
 use crate::config::SplitsRows;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
+use crate::primitives::dropout::dropout_factor;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
@@ -81,8 +82,9 @@ pub(crate) fn unit_role(q_start: u32, seq_q: u32, #[comptime] units_per_row: u32
 }
 
 /// The softmax step of one key/value block for this unit's logits (its columns
-/// `lane + t * lanes` of row `role.row`): new row max, `alpha`, P written to `p_tile` (row
-/// stride `p_cols`, element type of the next product), row sum. Returns `alpha`, by which the
+/// `kv_start + lane + t * lanes` of row `role.row`): new row max, `alpha`, P written to
+/// `p_tile` (row stride `p_cols`, element type of the next product; times its dropout factor
+/// with `dropout`, the row sum taking P undropped), row sum. Returns `alpha`, by which the
 /// caller rescales its O accumulators. Synchronizes the cube; P is visible to all units after.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -93,11 +95,14 @@ pub(crate) fn softmax_block<P: Float>(
     partial_max: &mut SharedMemory<f32>,
     partial_sum: &mut SharedMemory<f32>,
     role: UnitRole,
+    params: &ScoreParams,
+    kv_start: u32,
     #[comptime] cols_per_unit: u32,
     #[comptime] lanes: u32,
     #[comptime] p_cols: u32,
     #[comptime] masked_pass: bool,
     #[comptime] precise: bool,
+    #[comptime] dropout: bool,
 ) -> f32 {
     let mut local_max = logits[0];
     #[unroll]
@@ -111,7 +116,12 @@ pub(crate) fn softmax_block<P: Float>(
     #[unroll]
     for t in 0..cols_per_unit {
         let p = softmax.probability(logits[t as usize], masked_pass, precise);
-        p_tile[p_row + (role.lane + t * lanes) as usize] = P::cast_from(p);
+        let col = role.lane + t * lanes;
+        let mut dropped = p;
+        if comptime!(dropout) {
+            dropped *= dropout_factor(role.read_row, kv_start + col, params);
+        }
+        p_tile[p_row + col as usize] = P::cast_from(dropped);
         local_sum += p;
     }
     let block_sum = row_sum(partial_sum, local_sum, role.row, role.lane, lanes);

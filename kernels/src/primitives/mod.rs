@@ -17,6 +17,7 @@ pub mod block_range;
 pub mod block_stream;
 pub mod chunk_io;
 pub mod dot;
+pub mod dropout;
 pub mod mma;
 pub mod online_softmax;
 pub mod pair_stream;

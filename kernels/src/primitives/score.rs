@@ -48,6 +48,9 @@ pub struct ScoreOptions {
     /// ALiBi: `-slope[head] * |i + seq_kv - seq_q - j|` after the bias, the slope of this
     /// cube's head in [`ScoreTensors::alibi_slope`].
     pub alibi: bool,
+    /// Dropout on the probabilities ([`super::dropout`]): P times the factor of its entry where
+    /// it multiplies V (forward, dV) and where dP meets P (the backward's dS).
+    pub dropout: bool,
     /// The logit is `dot * scale` alone with `scale > 0` (see [`folds_scale`]): the mma
     /// kernels fold the scale into their `exp` arguments. The other kernels ignore it.
     pub fold_scale: bool,
@@ -75,6 +78,11 @@ pub struct ScoreParams {
     /// ignored unless `ScoreOptions::window`.
     pub window_left: u32,
     pub window_right: u32,
+    /// Dropout ([`super::dropout`]): the seed's key, the threshold below which an entry is
+    /// dropped, and `1 / (1 - p)`; ignored unless `ScoreOptions::dropout`.
+    pub dropout_seed: u32,
+    pub dropout_threshold: u32,
+    pub dropout_scale: f32,
 }
 
 /// Where one (batch, head) of the mask and the bias start, and their row/column strides.
@@ -330,6 +338,7 @@ pub fn score_params<R: Runtime>(
 ) -> ScoreParamsLaunch<R> {
     let window = problem.window.unwrap_or_default();
     let (window_left, window_right) = window.clamped(problem.seq_q, problem.seq_kv);
+    let dropout = problem.dropout.unwrap_or_default();
     ScoreParamsLaunch::new(
         problem.scale as f32,
         // Unused without softcap (comptime off); 1 keeps the division harmless regardless.
@@ -338,5 +347,8 @@ pub fn score_params<R: Runtime>(
         problem.seq_kv as u32,
         window_left,
         window_right,
+        super::dropout::seed_key(dropout.seed),
+        super::dropout::threshold(dropout.prob),
+        (1.0 / (1.0 - dropout.prob)) as f32,
     )
 }

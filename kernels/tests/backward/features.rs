@@ -121,3 +121,105 @@ fn f16_features() {
 fn bf16_features() {
     run_both(&half_cases(BF16));
 }
+
+/// Dropout against the oracle, which regenerates the kernels' mask on the host
+/// (`primitives::dropout::keep_host`): forward and backward, alone and with the other options.
+#[test]
+fn dropout_matches_the_host_mask_forward_and_backward() {
+    let mut cases = Vec::new();
+    for dtype in [F32, F16, BF16] {
+        cases.extend([
+            Case::new(dtype, 37, 53, 16).heads(2, 2).dropout(0.2, 5),
+            Case::new(dtype, 113, 90, 64).causal().dropout(0.1, 1 << 40),
+            Case::new(dtype, 45, 58, 32).heads(1, 4).gqa(2).window(Some(12), Some(6)).alibi().quiet().dropout(0.5, 9),
+            Case::new(dtype, 37, 29, 16).mask(MaskPattern::RandomWithMaskedRows).bias().softcap(3.0).dropout(0.3, 2),
+        ]);
+    }
+    run_both(&cases);
+}
+
+/// The mask the forward applies, read back: with V the identity over the keys
+/// (`val_dim = seq_kv`), output row `i` is `P_i * z_i`, exactly 0 where an entry is dropped
+/// (every P is well above underflow here). Returns (kept flags, plan) over `[b, h, i, j]`.
+fn applied_mask(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usize, prob: f64, seed: u64) -> (Vec<bool>, String) {
+    use burn_flash_attn_kernels::forward::ForwardTensors;
+    use burn_flash_attn_kernels::problem::Dropout;
+    let client = client();
+    let (batch, heads) = (2, 3);
+    let p = burn_flash_attn_kernels::AttentionProblem {
+        batch,
+        num_heads: heads,
+        num_kv_heads: heads,
+        dropout: Some(Dropout::new(prob, seed)),
+        ..problem(dtype, head_dim, seq_kv, seq_q, seq_kv)
+    };
+    let (mut rng, _) = rng(&format!("applied_mask_{dtype:?}_{head_dim}"));
+    let bh = batch * heads;
+    let q = random_values(&mut rng, bh * seq_q * head_dim, 0.3, dtype);
+    let k = random_values(&mut rng, bh * seq_kv * head_dim, 0.3, dtype);
+    let v: Vec<f64> = (0..bh * seq_kv * seq_kv).map(|x| ((x / seq_kv) % seq_kv == x % seq_kv) as u8 as f64).collect();
+    let float = Elem::Float(dtype);
+    let rows = Layout::Contiguous;
+    let q_dev = upload(&client, &q, &[batch, heads, seq_q, head_dim], float, &rows);
+    let k_dev = upload(&client, &k, &[batch, heads, seq_kv, head_dim], float, &rows);
+    let v_dev = upload(&client, &v, &[batch, heads, seq_kv, seq_kv], float, &rows);
+    let o = filled(&client, &[batch, heads, seq_q, seq_kv], float, POISON);
+    let lse = filled(&client, &[batch, heads, seq_q], Elem::Float(F32), POISON);
+    let tensors = ForwardTensors {
+        q: q_dev.binding(),
+        k: k_dev.binding(),
+        v: v_dev.binding(),
+        mask: None,
+        bias: None,
+        slopes: None,
+        o: o.binding(),
+        lse: lse.binding(),
+    };
+    let plan = launch_forward(&client, &p, tensors).expect("planned and launched");
+    (read(&client, &o).iter().map(|&x| x != 0.0).collect(), plan.to_string())
+}
+
+/// Dropout's statistics and determinism: the applied mask is exactly the host's for several
+/// head dims (different blocks) and dtypes (different paths on CUDA), keeps `1 - p` of the
+/// entries within 5 standard deviations overall and per row, changes with the seed and only
+/// with it.
+#[test]
+fn dropout_mask_is_the_hosts_whatever_the_blocks_and_keeps_one_minus_p() {
+    use burn_flash_attn_kernels::primitives::dropout::keep_host;
+    let (seq_q, seq_kv, prob, seed) = (96, 128, 0.25, 0x5eed_u64);
+    let host: Vec<bool> = (0..6 * seq_q * seq_kv)
+        .map(|x| {
+            let (bh, i, j) = (x / (seq_q * seq_kv), (x / seq_kv) % seq_q, x % seq_kv);
+            keep_host(seed, prob, bh as u32, i as u32, j as u32)
+        })
+        .collect();
+    for (dtype, head_dim) in [(F32, 16), (F32, 64), (F16, 64), (BF16, 32)] {
+        let elem = burn_flash_attn_kernels::plan::elem_type(dtype);
+        if !client().properties().supports_type(elem) {
+            println!("SKIPPED {dtype:?}: the test device does not support it");
+            continue;
+        }
+        let (kept, plan) = applied_mask(dtype, head_dim, seq_q, seq_kv, prob, seed);
+        println!("{dtype:?} hd{head_dim}: {plan}");
+        let differ = kept.iter().zip(&host).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 0, "{dtype:?} hd{head_dim} ({plan}): {differ} entries differ from the host mask");
+    }
+    let n = host.len() as f64;
+    let rate = host.iter().filter(|&&k| k).count() as f64 / n;
+    let sigma = (prob * (1.0 - prob) / n).sqrt();
+    assert!((rate - (1.0 - prob)).abs() < 5.0 * sigma, "keep rate {rate}, expected {} ± {}", 1.0 - prob, 5.0 * sigma);
+    let row_sigma = (prob * (1.0 - prob) / seq_kv as f64).sqrt();
+    for row in host.chunks(seq_kv) {
+        let row_rate = row.iter().filter(|&&k| k).count() as f64 / seq_kv as f64;
+        assert!((row_rate - (1.0 - prob)).abs() < 5.0 * row_sigma, "a row keeps {row_rate}");
+    }
+    let other: usize = (0..host.len())
+        .filter(|&x| {
+            let (bh, i, j) = (x / (seq_q * seq_kv), (x / seq_kv) % seq_q, x % seq_kv);
+            keep_host(seed + 1, prob, bh as u32, i as u32, j as u32) != host[x]
+        })
+        .count();
+    // Independent masks differ in 2 p (1 - p) of the entries.
+    let expected = 2.0 * prob * (1.0 - prob) * n;
+    assert!((other as f64 - expected).abs() < 0.05 * expected, "seed + 1 changes {other} entries, expected ~{expected}");
+}

@@ -104,6 +104,7 @@ pub fn options_tag(options: ScoreOptions) -> String {
         (options.has_softcap, "softcap"),
         (options.window, "window"),
         (options.alibi, "alibi"),
+        (options.dropout, "dropout"),
     ]
     .into_iter()
     .filter_map(|(on, tag)| on.then_some(tag))
@@ -181,6 +182,9 @@ fn score_params() -> ScoreParamsCompilationArg {
         seq_kv: (),
         window_left: (),
         window_right: (),
+        dropout_seed: (),
+        dropout_threshold: (),
+        dropout_scale: (),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The attention case (shape, dtype, options, layout) the suites run (the backward run of one:
 //! [`super::backward_run`]).
-use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind, MaskKind, Window};
+use burn_flash_attn_kernels::problem::{AttentionProblem, Dropout, FloatKind, MaskKind, Window};
 
 use super::device::Layout;
 use super::inputs::seed;
@@ -37,6 +37,7 @@ pub fn problem(
         quiet_softmax: false,
         window: None,
         alibi: false,
+        dropout: None,
     }
 }
 
@@ -106,6 +107,7 @@ pub struct Case {
     pub window: Option<Window>,
     /// ALiBi with seeded slopes.
     pub alibi: bool,
+    pub dropout: Option<Dropout>,
     pub layout: CaseLayout,
 }
 
@@ -128,6 +130,7 @@ impl Case {
             kv_heads: None,
             window: None,
             alibi: false,
+            dropout: None,
             layout: CaseLayout::Contiguous,
         }
     }
@@ -185,6 +188,12 @@ impl Case {
     pub fn alibi(self) -> Self {
         Case {
             alibi: true,
+            ..self
+        }
+    }
+    pub fn dropout(self, prob: f64, seed: u64) -> Self {
+        Case {
+            dropout: Some(Dropout::new(prob, seed)),
             ..self
         }
     }
@@ -246,6 +255,9 @@ impl Case {
             let side = |b: Option<usize>| b.map_or("inf".to_string(), |b| b.to_string());
             name.push_str(&format!("_window{}-{}", side(w.left), side(w.right)));
         }
+        if let Some(d) = self.dropout {
+            name.push_str(&format!("_dropout{}-seed{}", d.prob, d.seed));
+        }
         if let Some(cap) = self.softcap {
             name.push_str(&format!("_softcap{cap}"));
         }
@@ -275,6 +287,7 @@ impl Case {
             quiet_softmax: self.quiet,
             window: self.window,
             alibi: self.alibi,
+            dropout: self.dropout,
             ..one_head
         }
     }

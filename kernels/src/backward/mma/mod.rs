@@ -21,6 +21,7 @@
 //! products, as FA-2 does (and as the tolerance rule's plain implementation does).
 use cubecl::prelude::*;
 
+use crate::primitives::dropout::dropout_factor;
 use crate::primitives::chunk_io::chunk_tile;
 use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, store_accumulator_row};
 use crate::primitives::precise_math::exp_f32;
@@ -67,7 +68,9 @@ pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: MmaGradientConfi
 }
 
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
-/// delta; both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX).
+/// delta; both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX). With
+/// dropout the P returned is the dropped one (what multiplied V: dV's factor) and
+/// `dS = P * (dP * z - delta)`, `z` the entry's dropout factor.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn p_and_ds<F: Float, M: Int>(
@@ -113,8 +116,12 @@ pub(super) fn p_and_ds<F: Float, M: Int>(
         }
     };
     let capped = scaled_logit(dot, params, config.score);
-    let ds = p * (dp - row_delta) * softcap_derivative(capped, params, config.score);
-    (p, ds)
+    let mut z = 1.0f32;
+    if comptime!(config.score.dropout) {
+        z = dropout_factor(row, col, params);
+    }
+    let ds = p * (dp * z - row_delta) * softcap_derivative(capped, params, config.score);
+    (p * z, ds)
 }
 
 /// Writes this lane's two rows (`row`, `row + 8`) of a gradient accumulated as `dim / 8`

@@ -7,6 +7,7 @@ use crate::config::{MmaConfig, MATRIX_TILE};
 use crate::primitives::mma::{
     A_REGS, ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a, quad_max, zero_accumulators,
 };
+use crate::primitives::dropout::dropout_factor;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, softmax_input};
 
@@ -230,6 +231,12 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
             }
             top_sum += upper[at];
             bottom_sum += lower[at];
+            if comptime!(config.score.dropout) {
+                // After the row sums (which take P undropped), before P meets V.
+                let column = kv_start + j * TILE_N + lane.quad * 2 + e;
+                upper[at] *= dropout_factor(top, column, params);
+                lower[at] *= dropout_factor(bottom, column, params);
+            }
         }
         s[at_upper] = upper;
         s[at_lower] = lower;
