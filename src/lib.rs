@@ -24,6 +24,11 @@
 //!
 //! What the kernels cannot run (see [`routing`]) goes to Burn's `attention_fallback`, with the
 //! reason logged once through `log`.
+//!
+//! Beyond Burn's options, [`flash_attention`] takes [`FlashAttentionOptions`]: grouped-query
+//! attention, sliding windows, key and query padding, ALiBi, quiet softmax and dropout, with
+//! typed errors ([`AttentionError`]) for bad input.
+pub mod api;
 pub mod attention;
 mod autodiff;
 mod backend;
@@ -33,6 +38,7 @@ mod ops;
 pub mod routing;
 pub mod tuning;
 
+pub use api::{AttentionError, Dropout, FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention};
 pub use attention::{FlashAttention, FlashKernels};
 pub use backend::{Flash, from_flash, into_flash};
 pub use burn_flash_attn_kernels as kernels;

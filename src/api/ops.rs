@@ -1,0 +1,154 @@
+//! The extended attention computed with Burn tensor ops: the reference semantics of
+//! [`flash_attention`](super::flash_attention), differentiable by any autodiff backend.
+//!
+//! It materializes the `[batch, num_heads, seq_q, seq_kv]` scores (O(N²) memory), computing in
+//! the input dtype as Burn's `attention_fallback` does. The padded query rows are not this
+//! module's concern: `flash_attention` zeroes them on whatever implementation ran.
+use burn::tensor::{Bool, DType, Distribution, Int, Tensor, backend::Backend};
+
+use super::options::{Dropout, SlidingWindow};
+use super::prepare::Prepared;
+
+/// `softmax(mask(softcap(q·kᵀ·scale)) + bias + alibi) · v`, with the options of `prepared`
+/// (quiet softmax, dropout); `[batch, num_heads, seq_q, val_dim]`.
+pub(crate) fn attention_with_ops<B: Backend>(
+    query: Tensor<B, 4>,
+    key: Tensor<B, 4>,
+    value: Tensor<B, 4>,
+    prepared: &Prepared<B>,
+) -> Tensor<B, 4> {
+    let shape = prepared.shape;
+    let (dtype, device) = (query.dtype(), query.device());
+    let key = repeat_kv(key, shape.group());
+    let value = repeat_kv(value, shape.group());
+
+    let mut scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(prepared.scale);
+    if let Some(softcap) = prepared.softcap {
+        // Before any masking, so that tanh never sees a masked logit.
+        scores = scores.div_scalar(softcap).tanh().mul_scalar(softcap);
+    }
+
+    let structured = prepared.causal || prepared.window.is_some() || prepared.alibi_slopes.is_some();
+    let positions = structured.then(|| relative_positions::<B>(shape.seq_q, shape.seq_kv, &device));
+    // Bias and ALiBi are added before the mask is applied: a masked logit is overwritten
+    // whatever was added to it, which is "added after masking, a masked entry stays masked".
+    if let Some(bias) = &prepared.bias {
+        scores = scores + bias.clone();
+    }
+    if let (Some(slopes), Some(positions)) = (&prepared.alibi_slopes, &positions) {
+        scores = scores + alibi_bias(slopes.clone(), positions.clone(), dtype);
+    }
+
+    let position_mask = positions
+        .and_then(|positions| position_mask(positions, prepared.causal, prepared.window))
+        .map(|mask| mask.unsqueeze::<4>().expand(shape.scores()));
+    let masked = match (prepared.mask.clone(), position_mask) {
+        (Some(mask), Some(position_mask)) => Some(mask.bool_or(position_mask)),
+        (mask, position_mask) => mask.or(position_mask),
+    };
+
+    let probs = softmax(scores, masked, prepared.quiet_softmax);
+    let probs = match prepared.dropout {
+        Some(dropout) => apply_dropout(probs, dropout),
+        None => probs,
+    };
+    probs.matmul(value)
+}
+
+/// `[batch, num_kv_heads, seq, dim]` → `[batch, num_kv_heads · group, seq, dim]`, each kv head
+/// repeated for the `group` query heads that read it (query head `h` reads kv head
+/// `h / group`). Under autodiff the gradient sums over the group.
+fn repeat_kv<B: Backend>(x: Tensor<B, 4>, group: usize) -> Tensor<B, 4> {
+    if group == 1 {
+        return x;
+    }
+    let [batch, num_kv_heads, seq, dim] = x.dims();
+    x.reshape([batch, num_kv_heads, 1, seq, dim])
+        .expand([batch, num_kv_heads, group, seq, dim])
+        .reshape([batch, num_kv_heads * group, seq, dim])
+}
+
+/// `[seq_q, seq_kv]`: `j − i'` with `i' = i + seq_kv − seq_q` (bottom-right alignment), the
+/// signed distance of column `j` from row `i`'s diagonal. Its magnitude is below
+/// `max(seq_q, seq_kv)`.
+fn relative_positions<B: Backend>(seq_q: usize, seq_kv: usize, device: &B::Device) -> Tensor<B, 2, Int> {
+    let size = [seq_q, seq_kv];
+    let diagonal = Tensor::<B, 1, Int>::arange(0..seq_q as i64, device)
+        .add_scalar(seq_kv as i64 - seq_q as i64)
+        .reshape([seq_q, 1])
+        .expand(size);
+    let columns = Tensor::<B, 1, Int>::arange(0..seq_kv as i64, device).reshape([1, seq_kv]).expand(size);
+    columns - diagonal
+}
+
+/// `true` where causal or the window masks: outside `−left <= j − i' <= right`, with
+/// `right = 0` under causal. `None` when nothing is masked.
+fn position_mask<B: Backend>(
+    positions: Tensor<B, 2, Int>,
+    causal: bool,
+    window: Option<SlidingWindow>,
+) -> Option<Tensor<B, 2, Bool>> {
+    let [seq_q, seq_kv] = positions.dims();
+    // |j − i'| < max(seq_q, seq_kv): a side at least that wide masks nothing, and skipping it
+    // keeps the bound inside the int dtype (i32 on most backends).
+    let reach = seq_q.max(seq_kv);
+    let within = |side: Option<usize>| side.filter(|&width| width < reach).map(|width| width as i64);
+    let left = within(window.and_then(|w| w.left));
+    let right = if causal { Some(0) } else { within(window.and_then(|w| w.right)) };
+    let before = left.map(|left| positions.clone().lower_elem(-left));
+    let after = right.map(|right| positions.greater_elem(right));
+    match (before, after) {
+        (Some(before), Some(after)) => Some(before.bool_or(after)),
+        (before, after) => before.or(after),
+    }
+}
+
+/// `[1, num_heads, seq_q, seq_kv]`: `−slope_h · |j − i'|`.
+fn alibi_bias<B: Backend>(slopes: Tensor<B, 1>, positions: Tensor<B, 2, Int>, dtype: DType) -> Tensor<B, 4> {
+    let [num_heads] = slopes.dims();
+    let distance = positions.abs().float().cast(dtype).unsqueeze::<4>();
+    (distance * slopes.reshape([1, num_heads, 1, 1])).neg()
+}
+
+/// Softmax over the last dimension with masked positions (`true`) excluded; a row with every
+/// position masked gives probabilities 0. `quiet`: `exp(s_j) / (1 + Σ_k exp(s_k))`.
+fn softmax<B: Backend>(scores: Tensor<B, 4>, masked: Option<Tensor<B, 4, Bool>>, quiet: bool) -> Tensor<B, 4> {
+    let finfo = scores.dtype().finfo().expect("attention scores are a float tensor");
+    let scores = match &masked {
+        // The lowest finite value rather than −inf: the row maximum stays finite (no
+        // −inf − (−inf) = NaN) and no gradient meets an infinity.
+        Some(masked) => scores.mask_fill(masked.clone(), finfo.min),
+        None => scores,
+    };
+    // Softmax (quiet or not) is invariant to the shift, so the maximum is a constant of the
+    // graph: detaching it is exact, and autodiff differentiates no argmax.
+    let row_max = scores.clone().max_dim(3).detach();
+    // Quiet: the extra logit 0 takes part in the maximum, so exp(−max) <= 1 cannot overflow.
+    let row_max = if quiet { row_max.clamp_min(0.0) } else { row_max };
+    let exp = (scores - row_max.clone()).exp();
+    // A fully masked row has maximum `finfo.min` and exp(0) = 1 everywhere: zero the masked
+    // terms explicitly, so that such a row sums to 0 instead of being uniform.
+    let exp = match masked {
+        Some(masked) => exp.mask_fill(masked, 0.0),
+        None => exp,
+    };
+    let sum = exp.clone().sum_dim(3);
+    let denominator = if quiet {
+        // The extra key's term exp(0 − max) >= exp(−max) > 0: never 0, also for a fully masked row.
+        sum + row_max.neg().exp()
+    } else {
+        // Only a fully masked row sums to 0 (any other has a term exp(0) = 1): 0 / min_positive = 0.
+        sum.clamp_min(finfo.min_positive)
+    };
+    exp / denominator
+}
+
+/// Drops each probability with probability `dropout.prob` and scales the kept ones by
+/// `1 / (1 − prob)`. The keep mask comes from the backend's RNG, seeded with `dropout.seed`.
+fn apply_dropout<B: Backend>(probs: Tensor<B, 4>, dropout: Dropout) -> Tensor<B, 4> {
+    let (device, dtype) = (probs.device(), probs.dtype());
+    B::seed(&device, dropout.seed);
+    let keep_prob = 1.0 - dropout.prob;
+    let keep = Tensor::<B, 4>::random(probs.shape(), Distribution::Bernoulli(keep_prob), (&device, dtype));
+    probs * keep.div_scalar(keep_prob)
+}
