@@ -11,8 +11,9 @@
 //! let out = flash_attention(query, key, value, options)?;
 //! ```
 //!
-//! It computes with Burn tensor ops on any backend (differentiable under `Autodiff`, scores
-//! materialized); the `Flash` kernels will take the combinations they support.
+//! It computes with Burn tensor ops on any backend, differentiable under `Autodiff` and
+//! materializing the `[batch, num_heads, seq_q, seq_kv]` scores: it does not run the `Flash`
+//! kernels yet, on `Flash<B>` either.
 mod error;
 mod ops;
 mod options;
@@ -60,8 +61,8 @@ pub fn flash_attention<B: Backend>(
     })
 }
 
-/// Computes a prepared call. The `Flash` kernel dispatch goes here; for now every call takes
-/// the Burn-ops path.
+/// Computes a prepared call, with Burn tensor ops. The place of the `Flash` kernel dispatch,
+/// which will read `prepared.allow_fallback` when the kernels cannot run the call.
 fn run<B: Backend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,

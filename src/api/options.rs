@@ -41,7 +41,8 @@ pub struct FlashAttentionOptions<B: Backend> {
     pub causal: bool,
     /// Bool mask, `true` = masked, of a shape that broadcasts to the scores (each dimension
     /// equal to the scores' or 1: `[batch, 1, 1, seq_kv]` masks keys per sequence). It is
-    /// broadcast as a view, never copied. Default: none.
+    /// broadcast as a view, not copied; only combining it with `key_padding` makes a new,
+    /// full-size mask. Default: none.
     pub mask: Option<Tensor<B, 4, Bool>>,
     /// Additive bias on the logits, added after masking (a masked position stays masked),
     /// broadcastable like `mask` and broadcast as a view. Default: none.
