@@ -15,7 +15,7 @@ use burn_backend::{
     tensor::{BoolTensor, Device, FloatTensor},
 };
 use burn_flash_attn_kernels::plan::{BackwardPlan, ForwardPlan};
-use burn_flash_attn_kernels::{AttentionProblem, FlashError, Passes, Plan, Window};
+use burn_flash_attn_kernels::{AttentionProblem, Dropout, FlashError, Passes, Plan, Window};
 
 use crate::routing::{AttentionCall, Route, route};
 
@@ -41,8 +41,8 @@ pub struct Extension<T> {
     pub window: Option<Window>,
     /// f32 `[num_heads]`.
     pub alibi_slopes: Option<T>,
-    /// The dropout probability (not in the kernels yet: the router refuses it).
-    pub dropout: Option<f64>,
+    /// Dropout on the probabilities (the kernels regenerate its mask from the seed).
+    pub dropout: Option<Dropout>,
 }
 
 impl<T> Extension<T> {

@@ -124,9 +124,6 @@ fn problem_of<T: TensorMetadata, M: TensorMetadata>(
         mask.unwrap_or(MaskKind::U8),
     )?;
     let Some(extension) = call.extension else { return Ok(problem) };
-    if extension.dropout.is_some_and(|p| p > 0.0) {
-        return Err(FlashError::NotInKernels { feature: "attention dropout" });
-    }
     if let Some(slopes) = &extension.alibi_slopes
         && (slopes.shape().as_slice() != [problem.num_heads] || slopes.dtype() != DType::F32)
     {
@@ -144,6 +141,7 @@ fn problem_of<T: TensorMetadata, M: TensorMetadata>(
         quiet_softmax: extension.quiet_softmax,
         window: extension.window,
         alibi: extension.alibi_slopes.is_some(),
+        dropout: extension.dropout,
         ..problem
     })
 }

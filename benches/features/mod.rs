@@ -4,13 +4,14 @@
 //! `benches/anchors/torch_features.py` (PyTorch, same device run).
 //!
 //! - `gqa8`: B=4, H=32, H_kv=8, N=4096, D=128, causal;
-//! - `window1024`: B=4, H=16, N=8192, D=128, causal, 1024 keys to the left.
+//! - `window1024`: B=4, H=16, N=8192, D=128, causal, 1024 keys to the left;
+//! - `dropout0.1`: B=16, H=16, N=2048, D=64, not causal, dropout 0.1 on the probabilities.
 //!
 //! FLOPs count the visible (query, key) pairs (4·D each forward, 3.5× for forward+backward), the
 //! convention of `torch_features.py`. Memory: peak reserved MiB of one call at N = 8192 with key
 //! padding (lengths) and with an `expand`-broadcast `[B, 1, 1, N]` mask.
 use burn::tensor::{Bool, Distribution, Int, Tensor, backend::{AutodiffBackend, Backend}};
-use burn_flash_attn::{FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention};
+use burn_flash_attn::{Dropout, FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention};
 
 use super::{Autodiff, Flash, Inner, TRAIN_FLOP_FACTOR, check_route, device, peak_mib, time};
 
@@ -23,22 +24,44 @@ struct Feature {
     kv_heads: usize,
     seq: usize,
     head_dim: usize,
-    /// Keys to the left of the diagonal (causal always).
+    causal: bool,
+    /// Keys to the left of the diagonal (with causal).
     window: Option<usize>,
+    dropout: Option<f64>,
 }
 
-const FEATURES: [Feature; 2] = [
-    Feature { tag: "gqa8", batch: 4, heads: 32, kv_heads: 8, seq: 4096, head_dim: 128, window: None },
-    Feature { tag: "window1024", batch: 4, heads: 16, kv_heads: 16, seq: 8192, head_dim: 128, window: Some(1024) },
+const FEATURES: [Feature; 3] = [
+    Feature { tag: "gqa8", batch: 4, heads: 32, kv_heads: 8, seq: 4096, head_dim: 128, causal: true, window: None, dropout: None },
+    Feature {
+        tag: "window1024",
+        batch: 4,
+        heads: 16,
+        kv_heads: 16,
+        seq: 8192,
+        head_dim: 128,
+        causal: true,
+        window: Some(1024),
+        dropout: None,
+    },
+    Feature {
+        tag: "dropout0.1",
+        batch: 16,
+        heads: 16,
+        kv_heads: 16,
+        seq: 2048,
+        head_dim: 64,
+        causal: false,
+        window: None,
+        dropout: Some(0.1),
+    },
 ];
 
 impl Feature {
     fn options<B: Backend>(&self) -> FlashAttentionOptions<B> {
-        let options = FlashAttentionOptions::new().with_causal(true);
-        match self.window {
-            Some(left) => options.with_window(Some(SlidingWindow::new(Some(left), None))),
-            None => options,
-        }
+        FlashAttentionOptions::new()
+            .with_causal(self.causal)
+            .with_window(self.window.map(|left| SlidingWindow::new(Some(left), None)))
+            .with_dropout(self.dropout.map(|prob| Dropout::new(prob, 0)))
     }
 
     fn inputs<B: Backend>(&self) -> [Tensor<B, 4>; 4] {
@@ -52,7 +75,10 @@ impl Feature {
     /// Forward FLOPs of the visible pairs.
     fn flops(&self) -> f64 {
         let n = self.seq;
-        let pairs: usize = (0..n).map(|i| i + 1 - self.window.map_or(0, |w| (i + 1).saturating_sub(w + 1))).sum();
+        let visible = |i: usize| {
+            if self.causal { i + 1 - self.window.map_or(0, |w| (i + 1).saturating_sub(w + 1)) } else { n }
+        };
+        let pairs: usize = (0..n).map(visible).sum();
         4.0 * (self.batch * self.heads) as f64 * pairs as f64 * self.head_dim as f64
     }
 }
@@ -88,7 +114,7 @@ pub fn features(flash_only: bool) {
             ("burn", "fwd", 1.0, |f| Box::new(forward::<Inner>(f))),
             ("burn", "fwd+bwd", TRAIN_FLOP_FACTOR, |f| Box::new(train::<Autodiff<Inner>>(f))),
         ];
-        let Feature { tag, batch, heads, seq, head_dim, .. } = feature;
+        let Feature { tag, batch, heads, seq, head_dim, causal, .. } = feature;
         for (name, pass, factor, bench) in rows {
             if flash_only && name != "flash" {
                 continue;
@@ -96,7 +122,7 @@ pub fn features(flash_only: bool) {
             let ms = time(bench(feature));
             check_route(name, [batch, heads, seq, head_dim]);
             let tflops = feature.flops() * factor / ms / 1e9;
-            println!("{name}-{tag},{batch},{heads},{seq},{head_dim},true,{pass},{ms:.3},{tflops:.1}");
+            println!("{name}-{tag},{batch},{heads},{seq},{head_dim},{causal},{pass},{ms:.3},{tflops:.1}");
         }
     }
 }

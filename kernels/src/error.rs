@@ -41,8 +41,6 @@ pub enum FlashError {
     InvalidSoftcap(f64),
     #[error("scale must be finite, got {0}")]
     InvalidScale(f64),
-    #[error("{feature} is not in the kernels yet")]
-    NotInKernels { feature: &'static str },
     #[error("invalid tuning: {0}")]
     InvalidTuning(String),
     #[error("the device cannot run this kernel: {0}")]

@@ -55,7 +55,7 @@ fn kernels<B: Backend>(
         window: prepared.window,
         // The kernels read f32 slopes (an O(num_heads) cast).
         alibi_slopes: prepared.alibi_slopes.clone().map(|s| s.cast(DType::F32).into_primitive().tensor()),
-        dropout: prepared.dropout.map(|d| d.prob),
+        dropout: prepared.dropout,
     };
     let options = AttentionModuleOptions {
         scale: Some(prepared.scale),

@@ -4,7 +4,9 @@
 //! It materializes the `[batch, num_heads, seq_q, seq_kv]` scores (O(N²) memory), computing in
 //! the input dtype as Burn's `attention_fallback` does. The padded query rows are not this
 //! module's concern: `flash_attention` zeroes them on whatever implementation ran.
-use burn::tensor::{Bool, DType, Distribution, Int, Tensor, backend::Backend};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData, backend::Backend};
+
+use burn_flash_attn_kernels::primitives::dropout;
 
 use super::options::{Dropout, SlidingWindow};
 use super::prepare::Prepared;
@@ -144,11 +146,22 @@ fn softmax<B: Backend>(scores: Tensor<B, 4>, masked: Option<Tensor<B, 4, Bool>>,
 }
 
 /// Drops each probability with probability `dropout.prob` and scales the kept ones by
-/// `1 / (1 − prob)`. The keep mask comes from the backend's RNG, seeded with `dropout.seed`.
+/// `1 / (1 − prob)`. The keep mask is the kernels' own (`kernels::primitives::dropout`: a
+/// stateless hash of seed, batch * heads + head, row and column), generated on the host: the
+/// same entries are dropped on every backend and path. It costs `batch * heads * seq_q *
+/// seq_kv` hashes and one upload: this path materializes the scores anyway.
 fn apply_dropout<B: Backend>(probs: Tensor<B, 4>, dropout: Dropout) -> Tensor<B, 4> {
     let (device, dtype) = (probs.device(), probs.dtype());
-    B::seed(&device, dropout.seed);
-    let keep_prob = 1.0 - dropout.prob;
-    let keep = Tensor::<B, 4>::random(probs.shape(), Distribution::Bernoulli(keep_prob), (&device, dtype));
-    probs * keep.div_scalar(keep_prob)
+    let [batch, heads, seq_q, seq_kv] = probs.dims();
+    let threshold = dropout::threshold(dropout.prob);
+    let mut keep = Vec::with_capacity(batch * heads * seq_q * seq_kv);
+    for batch_head in 0..(batch * heads) as u32 {
+        for row in 0..seq_q as u32 {
+            let key = dropout::row_key_host(dropout.seed, batch_head, row);
+            keep.extend((0..seq_kv as u32).map(|col| dropout::mix_host(col ^ key) >= threshold));
+        }
+    }
+    let keep = Tensor::<B, 4, Bool>::from_data(TensorData::new(keep, [batch, heads, seq_q, seq_kv]), &device);
+    let scale = 1.0 / (1.0 - dropout.prob);
+    probs * keep.float().cast(dtype).mul_scalar(scale)
 }

@@ -41,7 +41,8 @@ pub struct FlashAttentionOptions<B: Backend> {
     pub causal: bool,
     /// Bool mask, `true` = masked, of a shape that broadcasts to the scores (each dimension
     /// equal to the scores' or 1: `[batch, 1, 1, seq_kv]` masks keys per sequence). It is
-    /// broadcast as a view, never copied. Default: none.
+    /// broadcast as a view, not copied; only combining it with `key_padding` makes a new,
+    /// full-size mask. Default: none.
     pub mask: Option<Tensor<B, 4, Bool>>,
     /// Additive bias on the logits, added after masking (a masked position stays masked),
     /// broadcastable like `mask` and broadcast as a view. Default: none.
@@ -177,23 +178,8 @@ pub enum KeyPadding<B: Backend> {
 
 /// Dropout on the attention probabilities (after the softmax, quiet included): each is kept
 /// with probability `1 − prob` and scaled by `1 / (1 − prob)`, so that the expected output is
-/// the output without dropout. `prob` must be finite and in `[0, 1)`; 0 means no dropout.
-///
-/// The keep mask is a function of `seed`: the Burn-ops path seeds the backend's RNG with it
-/// (`Backend::seed`, which reseeds that device's RNG for every later random op) and draws
-/// a Bernoulli tensor of the scores' shape. The kernels will draw from a counter-based RNG
-/// stream keyed by `seed` and the position instead, and this path will then switch to that
-/// stream, so that both drop the same entries.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Dropout {
-    /// Probability of dropping one attention probability.
-    pub prob: f64,
-    /// Seed of the keep mask: same seed, same inputs' shape, same mask.
-    pub seed: u64,
-}
-
-impl Dropout {
-    pub fn new(prob: f64, seed: u64) -> Self {
-        Self { prob, seed }
-    }
-}
+/// the output without dropout. `prob` must be finite and in `[0, 1)`; 0 means no dropout. The
+/// kernels' own type: the mask is a stateless function of `seed` and the entry's (batch * heads
+/// + head, row, column) (`kernels::primitives::dropout`), the same on the kernels, whatever
+/// their blocks, and on the Burn-ops path, which generates it on the host.
+pub use burn_flash_attn_kernels::Dropout;

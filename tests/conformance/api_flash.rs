@@ -1,21 +1,22 @@
 //! `flash_attention` on `Flash<..>`: the kernels take the extended options (grouped-query
-//! attention, windows, ALiBi, quiet softmax, key and query padding) through `B::attention`
+//! attention, windows, ALiBi, quiet softmax, key and query padding, dropout) through
+//! `B::attention`
 //! with nothing but `B: Backend` at the call site, forward (`Flash<Fusion<..>>`) and backward
-//! (`Flash<Autodiff<..>>`), and agree with the Burn-ops path of the same call on the plain
-//! backend. The kernels themselves are checked against the f64 oracle in the kernels crate
-//! (`tests/backward/features.rs`); here the plumbing is: same semantics, the kernel route, the
-//! typed refusal.
-use burn::tensor::{Int, Tensor, backend::Backend};
+//! (`Flash<Autodiff<..>>`). The kernels themselves are checked against the f64 oracle in the kernels crate
+//! (`tests/backward/features.rs`); here the plumbing: the kernel route, the FlashAttention rule
+//! against the oracle with the Burn-ops path as the plain implementation, the typed refusal.
+use burn::tensor::{Int, Tensor, backend::{AutodiffBackend, Backend}};
+use burn_flash_attn::kernels::{
+    AttentionProblem, FloatKind, MaskKind,
+    reference::{self, Inputs, Precision},
+    tolerance::{GRADIENT_FACTOR, OUTPUT_FACTOR, check},
+};
 use burn_flash_attn::{
     AttentionError, Dropout, FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention, last_route,
 };
 use serial_test::serial;
 
-use crate::common::{FlashInner, FlashTrain, Inner, Train, float, max_abs_diff, random_data, skip_without_device, to_f64};
-
-/// f32 on both sides, different algorithms (online softmax in tiles vs materialized scores):
-/// differences of a few ulps of the O(1) outputs and gradients.
-const TOLERANCE: f64 = 2e-5;
+use crate::common::{FlashInner, FlashTrain, Inner, Train, float, random_data, skip_without_device, to_f64};
 
 #[derive(Clone, Copy)]
 struct Shape {
@@ -29,38 +30,141 @@ struct Shape {
 
 const SHAPE: Shape = Shape { batch: 2, heads: 4, kv_heads: 2, seq_q: 19, seq_kv: 27, dim: 16 };
 
-/// The options of one case, built on any backend.
-type Options<B> = fn(&Shape, &burn::tensor::Device<B>) -> FlashAttentionOptions<B>;
-
-fn cases<B: Backend>() -> Vec<(&'static str, Options<B>)> {
-    vec![
-        ("gqa-causal", |_, _| FlashAttentionOptions::new().with_causal(true)),
-        ("window", |_, _| FlashAttentionOptions::new().with_window(Some(SlidingWindow::new(Some(5), Some(3))))),
-        ("quiet-softcap", |_, _| FlashAttentionOptions::new().with_quiet_softmax(true).with_softcap(Some(2.0))),
-        ("alibi-causal-window", |s, d| {
-            let slopes: Vec<f32> = (0..s.heads).map(|h| 0.5f32.powi(h as i32 + 1)).collect();
-            FlashAttentionOptions::new()
-                .with_causal(true)
-                .with_window(Some(SlidingWindow::new(Some(8), None)))
-                .with_alibi_slopes(Some(Tensor::from_floats(slopes.as_slice(), d)))
-        }),
-        ("key-and-query-lengths", |s, d| {
-            let lengths = |values: [i64; 2]| Tensor::<B, 1, Int>::from_ints(values, d);
-            let _ = s;
-            FlashAttentionOptions::new().with_causal(true).with_key_padding(Some(KeyPadding::Lengths {
-                keys: lengths([20, 27]),
-                queries: Some(lengths([19, 11])),
-            }))
-        }),
-    ]
+/// One case: its options, described once and built on any backend, and the same problem for the
+/// f64 oracle.
+#[derive(Clone, Copy)]
+struct Features {
+    name: &'static str,
+    causal: bool,
+    window: Option<SlidingWindow>,
+    quiet: bool,
+    softcap: Option<f64>,
+    alibi: bool,
+    /// Key and query lengths per batch entry.
+    lengths: Option<([usize; 2], [usize; 2])>,
+    dropout: Option<Dropout>,
 }
 
-fn inputs<B: Backend>(s: &Shape, seed: u64) -> [Tensor<B, 4>; 4] {
+const NONE: Features = Features {
+    name: "",
+    causal: false,
+    window: None,
+    quiet: false,
+    softcap: None,
+    alibi: false,
+    lengths: None,
+    dropout: None,
+};
+
+const CASES: [Features; 7] = [
+    Features { name: "gqa-causal", causal: true, ..NONE },
+    Features { name: "window", window: Some(SlidingWindow { left: Some(5), right: Some(3) }), ..NONE },
+    Features { name: "quiet-softcap", quiet: true, softcap: Some(2.0), ..NONE },
+    Features {
+        name: "alibi-causal-window",
+        causal: true,
+        alibi: true,
+        window: Some(SlidingWindow { left: Some(8), right: None }),
+        ..NONE
+    },
+    Features { name: "key-and-query-lengths", causal: true, lengths: Some(([20, 27], [19, 11])), ..NONE },
+    Features { name: "dropout-gqa-causal", causal: true, dropout: Some(Dropout { prob: 0.2, seed: 11 }), ..NONE },
+    Features {
+        name: "dropout-quiet-window-lengths",
+        quiet: true,
+        window: Some(SlidingWindow { left: Some(6), right: Some(2) }),
+        lengths: Some(([27, 13], [15, 19])),
+        dropout: Some(Dropout { prob: 0.4, seed: 1 << 33 }),
+        ..NONE
+    },
+];
+
+impl Features {
+    fn slopes(&self) -> Vec<f32> {
+        (0..SHAPE.heads).map(|h| 0.5f32.powi(h as i32 + 1)).collect()
+    }
+
+    fn options<B: Backend>(&self) -> FlashAttentionOptions<B> {
+        let device = Default::default();
+        let lengths = |values: [usize; 2]| Tensor::<B, 1, Int>::from_ints(values.map(|x| x as i64), &device);
+        FlashAttentionOptions::new()
+            .with_causal(self.causal)
+            .with_window(self.window)
+            .with_quiet_softmax(self.quiet)
+            .with_softcap(self.softcap)
+            .with_dropout(self.dropout)
+            .with_alibi_slopes(self.alibi.then(|| Tensor::from_floats(self.slopes().as_slice(), &device)))
+            .with_key_padding(
+                self.lengths
+                    .map(|(keys, queries)| KeyPadding::Lengths { keys: lengths(keys), queries: Some(lengths(queries)) }),
+            )
+    }
+
+    fn problem(&self) -> AttentionProblem {
+        let s = SHAPE;
+        AttentionProblem {
+            batch: s.batch,
+            num_heads: s.heads,
+            num_kv_heads: s.kv_heads,
+            seq_q: s.seq_q,
+            seq_kv: s.seq_kv,
+            head_dim: s.dim,
+            val_dim: s.dim,
+            dtype: FloatKind::F32,
+            scale: AttentionProblem::default_scale(s.dim),
+            softcap: self.softcap,
+            causal: self.causal,
+            mask: self.lengths.map(|_| MaskKind::U8),
+            has_bias: false,
+            quiet_softmax: self.quiet,
+            window: self.window,
+            alibi: self.alibi,
+            dropout: self.dropout,
+        }
+    }
+
+    /// Key padding as the oracle's mask, `[b, h, i, j]`.
+    fn key_mask(&self) -> Option<Vec<bool>> {
+        let (keys, _) = self.lengths?;
+        let s = SHAPE;
+        Some((0..s.batch * s.heads * s.seq_q * s.seq_kv).map(|x| x % s.seq_kv >= keys[x / (s.heads * s.seq_q * s.seq_kv)]).collect())
+    }
+
+    /// Whether flat row `row` of `[b, h, i]` is a padded query row.
+    fn padded(&self, row: usize) -> bool {
+        let s = SHAPE;
+        self.lengths.is_some_and(|(_, queries)| row % s.seq_q >= queries[row / (s.heads * s.seq_q)])
+    }
+
+    /// The oracle: output and gradients, padded query rows zeroed (and their d_out with them,
+    /// as `mask_fill` passes no gradient).
+    fn reference(&self, data: &[Vec<f64>; 4]) -> (Vec<f64>, [Vec<f64>; 3]) {
+        let [q, k, v, d_out] = data;
+        let (mask, slopes) = (self.key_mask(), self.slopes().iter().map(|&x| x as f64).collect::<Vec<_>>());
+        let inputs = Inputs { q, k, v, mask: mask.as_deref(), bias: None, alibi: self.alibi.then_some(slopes.as_slice()) };
+        let zero_padded = |values: &[f64]| -> Vec<f64> {
+            values.chunks(SHAPE.dim).enumerate().flat_map(|(r, row)| row.iter().map(move |&x| if self.padded(r) { 0.0 } else { x })).collect()
+        };
+        let problem = self.problem();
+        let o = zero_padded(&reference::forward(&problem, &inputs, Precision::F64).o);
+        let d_out = zero_padded(d_out);
+        let b = reference::backward(&problem, &inputs, &d_out, Precision::F64);
+        (o, [b.dq, b.dk, b.dv])
+    }
+}
+
+fn inputs<B: Backend>(seed: u64) -> [Tensor<B, 4>; 4] {
+    let data = host_data(seed);
+    [0, 1, 2, 3].map(|i| float(&data[i]))
+}
+
+fn host_data(seed: u64) -> [burn::tensor::TensorData; 4] {
+    let s = SHAPE;
     [
-        float(&random_data([s.batch, s.heads, s.seq_q, s.dim], seed)),
-        float(&random_data([s.batch, s.kv_heads, s.seq_kv, s.dim], seed + 1)),
-        float(&random_data([s.batch, s.kv_heads, s.seq_kv, s.dim], seed + 2)),
-        float(&random_data([s.batch, s.heads, s.seq_q, s.dim], seed + 3)),
+        random_data([s.batch, s.heads, s.seq_q, s.dim], seed),
+        random_data([s.batch, s.kv_heads, s.seq_kv, s.dim], seed + 1),
+        random_data([s.batch, s.kv_heads, s.seq_kv, s.dim], seed + 2),
+        random_data([s.batch, s.heads, s.seq_q, s.dim], seed + 3),
     ]
 }
 
@@ -69,67 +173,75 @@ fn assert_kernel_route(name: &str) {
     assert!(route.is_kernel(), "{name}: {route}");
 }
 
+/// Forward on `Flash<Fusion<..>>` (the kernels) against the oracle, with the Burn-ops path of
+/// the same call on the plain backend as the plain f32 implementation (FlashAttention rule).
 #[test]
 #[serial]
-fn forward_reaches_the_kernels_and_matches_burn_ops() {
-    if skip_without_device("forward_reaches_the_kernels_and_matches_burn_ops") {
+fn forward_reaches_the_kernels_and_meets_the_rule() {
+    if skip_without_device("forward_reaches_the_kernels_and_meets_the_rule") {
         return;
     }
-    let device = Default::default();
-    for ((name, flash_options), (_, ops_options)) in cases::<FlashInner>().into_iter().zip(cases::<Inner>()) {
-        let [q, k, v, _] = inputs::<FlashInner>(&SHAPE, 41);
-        let flash = flash_attention(q, k, v, flash_options(&SHAPE, &device)).expect("valid call");
-        assert_kernel_route(name);
-        let [q, k, v, _] = inputs::<Inner>(&SHAPE, 41);
-        let ops = flash_attention(q, k, v, ops_options(&SHAPE, &device)).expect("valid call");
-        let diff = max_abs_diff(&to_f64(flash.into_data()), &to_f64(ops.into_data()));
-        assert!(diff <= TOLERANCE, "{name}: kernels vs Burn ops differ by {diff}");
+    for case in CASES {
+        let [q, k, v, _] = inputs::<FlashInner>(41);
+        let flash = flash_attention(q, k, v, case.options()).expect("valid call");
+        assert_kernel_route(case.name);
+        let [q, k, v, _] = inputs::<Inner>(41);
+        let plain = flash_attention(q, k, v, case.options()).expect("valid call");
+        let (want, _) = case.reference(&host_data(41).map(to_f64));
+        let (flash, plain) = (to_f64(flash.into_data()), to_f64(plain.into_data()));
+        check(case.name, &flash, &plain, &want, OUTPUT_FACTOR, Precision::F32).unwrap();
     }
 }
 
+fn gradients<B: AutodiffBackend>(case: &Features) -> [Vec<f64>; 3] {
+    let [q, k, v, d_out] = inputs::<B>(43);
+    let [q, k, v] = [q, k, v].map(|t| t.require_grad());
+    let out = flash_attention(q.clone(), k.clone(), v.clone(), case.options()).expect("valid call");
+    let grads = (out * d_out).sum().backward();
+    [&q, &k, &v].map(|t| to_f64(t.grad(&grads).expect("a gradient").into_data()))
+}
+
+/// Backward through `Flash<Autodiff<..>>` (the kernels' node) against the oracle, the Burn-ops
+/// path under `Autodiff` as the plain implementation.
 #[test]
 #[serial]
-fn backward_reaches_the_kernels_and_matches_burn_ops() {
-    if skip_without_device("backward_reaches_the_kernels_and_matches_burn_ops") {
+fn backward_reaches_the_kernels_and_meets_the_rule() {
+    if skip_without_device("backward_reaches_the_kernels_and_meets_the_rule") {
         return;
     }
-    let device = Default::default();
-    for ((name, flash_options), (_, ops_options)) in cases::<FlashTrain>().into_iter().zip(cases::<Train>()) {
-        let grads_of = |[q, k, v, d_out]: [Tensor<_, 4>; 4], options| {
-            let [q, k, v] = [q, k, v].map(|t: Tensor<_, 4>| t.require_grad());
-            let out = flash_attention(q.clone(), k.clone(), v.clone(), options).expect("valid call");
-            let grads = (out * d_out).sum().backward();
-            [&q, &k, &v].map(|t| to_f64(t.grad(&grads).expect("a gradient").into_data()))
-        };
-        let flash = grads_of(inputs::<FlashTrain>(&SHAPE, 43), flash_options(&SHAPE, &device));
-        assert_kernel_route(name);
-        let ops = {
-            let [q, k, v, d_out] = inputs::<Train>(&SHAPE, 43);
-            let [q, k, v] = [q, k, v].map(|t| t.require_grad());
-            let out = flash_attention(q.clone(), k.clone(), v.clone(), ops_options(&SHAPE, &device)).expect("valid call");
-            let grads = (out * d_out).sum().backward();
-            [&q, &k, &v].map(|t| to_f64(t.grad(&grads).expect("a gradient").into_data()))
-        };
-        for (what, (flash, ops)) in ["dq", "dk", "dv"].iter().zip(flash.iter().zip(&ops)) {
-            let diff = max_abs_diff(flash, ops);
-            assert!(diff <= TOLERANCE, "{name}: {what} kernels vs Burn ops differ by {diff}");
+    for case in CASES {
+        let flash = gradients::<FlashTrain>(&case);
+        assert_kernel_route(case.name);
+        let plain = gradients::<Train>(&case);
+        let (_, want) = case.reference(&host_data(43).map(to_f64));
+        for (i, what) in ["dq", "dk", "dv"].iter().enumerate() {
+            let name = format!("{} {what}", case.name);
+            check(&name, &flash[i], &plain[i], &want[i], GRADIENT_FACTOR, Precision::F32).unwrap();
         }
     }
 }
 
+/// What the kernels cannot run is a typed refusal from `flash_attention` on `Flash` (here a
+/// bias that requires grad: dBias is not produced), or the Burn-ops path with
+/// `allow_fallback`.
 #[test]
 #[serial]
-fn dropout_is_a_typed_refusal_on_flash_unless_fallback_is_allowed() {
-    if skip_without_device("dropout_is_a_typed_refusal_on_flash_unless_fallback_is_allowed") {
+fn a_call_the_kernels_cannot_run_is_a_typed_refusal_unless_fallback_is_allowed() {
+    if skip_without_device("a_call_the_kernels_cannot_run_is_a_typed_refusal_unless_fallback_is_allowed") {
         return;
     }
-    let dropout = || FlashAttentionOptions::new().with_dropout(Some(Dropout::new(0.1, 7)));
-    let [q, k, v, _] = inputs::<FlashInner>(&SHAPE, 47);
-    let refused = flash_attention(q.clone(), k.clone(), v.clone(), dropout());
+    let s = SHAPE;
+    let [q, k, v, _] = inputs::<FlashTrain>(47);
+    let bias = || {
+        let bias: Tensor<FlashTrain, 4> = float(&random_data([1, 1, s.seq_q, s.seq_kv], 48));
+        Some(bias.require_grad().expand([s.batch, s.heads, s.seq_q, s.seq_kv]))
+    };
+    let refused = flash_attention(q.clone(), k.clone(), v.clone(), FlashAttentionOptions::new().with_bias(bias()));
     assert!(
-        matches!(&refused, Err(AttentionError::Unsupported { reason }) if reason.contains("dropout")),
+        matches!(&refused, Err(AttentionError::Unsupported { reason }) if reason.contains("requires grad")),
         "{refused:?}"
     );
-    let computed = flash_attention(q, k, v, dropout().with_allow_fallback(true)).expect("Burn ops path");
-    assert_eq!(computed.dims(), [SHAPE.batch, SHAPE.heads, SHAPE.seq_q, SHAPE.dim]);
+    let options = FlashAttentionOptions::new().with_bias(bias()).with_allow_fallback(true);
+    let computed = flash_attention(q, k, v, options).expect("Burn ops path");
+    assert_eq!(computed.dims(), [s.batch, s.heads, s.seq_q, s.dim]);
 }

@@ -119,6 +119,7 @@ impl Case {
             quiet_softmax: false,
             window: None,
             alibi: false,
+            dropout: None,
         }
     }
 

@@ -203,6 +203,7 @@ fn f64_model(p: &Params, x: &[f64], target: &[f64]) -> (Vec<f64>, f64, Params) {
         quiet_softmax: false,
         window: None,
         alibi: false,
+        dropout: None,
     };
     let d = D_MODEL;
     let qkv = linear(x, &p[0], &p[1], d, 3 * d);
