@@ -48,7 +48,7 @@ for s in "$@"; do
         case $run in
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
           conformance) cmd=("$BIN/conformance" --test-threads=1) ;;
-          *) cmd=("$BIN/$run" --test-threads=4) ;;
+          *) cmd=("$BIN/$run" --test-threads=${THREADS:-4}) ;;
         esac
         (timeout "${STEP_TIMEOUT:-420}" "${cmd[@]}" > "$OUT/p-$run.log" 2>&1
          echo "== $run: exit $?, $((SECONDS - start)) s") &
