@@ -228,6 +228,45 @@ impl Case {
     }
 
     /// `[batch, heads, seq_kv, dim]` → `[batch, kv_heads, seq_kv, dim]`, summing each group.
+    /// The quiet softmax written out for Burn's plain softmax: one more key, of logit exactly 0
+    /// (a zero key row), value 0, never masked, bias 0. `exp(s_j) / (1 + sum exp(s))` is then
+    /// the softmax over the keys and that one, and a row that sees no other key gives 0.
+    pub fn with_quiet_key(&self, explicit: &Explicit) -> Explicit {
+        let rows = self.batch * self.heads;
+        let extend = |x: &TensorData, width: usize, extra: f32| -> TensorData {
+            let values = x.to_vec::<f32>().expect("f32 data");
+            let mut shape = x.shape.clone();
+            let len = shape[2] * width;
+            shape[2] += 1;
+            let out: Vec<f32> = values.chunks(len).take(rows).flat_map(|head| head.iter().copied().chain(std::iter::repeat_n(extra, width))).collect();
+            TensorData::new(out, shape)
+        };
+        let extend_cols = |x: &TensorData, extra: bool| -> Vec<bool> {
+            x.to_vec::<bool>().expect("bool mask").chunks(self.seq_kv).flat_map(|row| row.iter().copied().chain([extra])).collect()
+        };
+        let scores = [self.batch, self.heads, self.seq_q, self.seq_kv + 1];
+        Explicit {
+            k: extend(&explicit.k, self.head_dim, 0.0),
+            v: extend(&explicit.v, self.val_dim, 0.0),
+            mask: explicit.mask.as_ref().map(|m| TensorData::new(extend_cols(m, false), scores)),
+            bias: explicit.bias.as_ref().map(|b| {
+                let values = b.to_vec::<f32>().expect("f32 bias");
+                TensorData::new(values.chunks(self.seq_kv).flat_map(|row| row.iter().copied().chain([0.0])).collect::<Vec<f32>>(), scores)
+            }),
+            padded_rows: explicit.padded_rows.clone(),
+            empty_rows: Vec::new(),
+        }
+    }
+
+    /// `x` `[batch, heads, keys, dim]` without its last key row when the quiet key was added.
+    pub fn drop_quiet_key(&self, x: Vec<f64>, dim: usize) -> Vec<f64> {
+        let keys = x.len() / (self.batch * self.heads * dim);
+        if keys == self.seq_kv {
+            return x;
+        }
+        x.chunks(keys * dim).flat_map(|head| head[..self.seq_kv * dim].to_vec()).collect()
+    }
+
     pub fn sum_group(&self, x: &[f64], dim: usize) -> Vec<f64> {
         let head = self.seq_kv * dim;
         let mut out = vec![0.0; self.batch * self.kv_heads * head];
