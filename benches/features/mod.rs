@@ -104,11 +104,13 @@ fn train<B: AutodiffBackend>(feature: Feature) -> impl FnMut() {
 }
 
 type Run = Box<dyn FnMut()>;
+/// (impl, pass, flop factor over the forward, benchmark).
+type Row = (&'static str, &'static str, f64, fn(Feature) -> Run);
 
 pub fn features(flash_only: bool) {
     println!("impl,B,H,N,D,causal,pass,ms,tflops");
     for feature in FEATURES {
-        let rows: [(&str, &str, f64, fn(Feature) -> Run); 4] = [
+        let rows: [Row; 4] = [
             ("flash", "fwd", 1.0, |f| Box::new(forward::<Flash<Inner>>(f))),
             ("flash", "fwd+bwd", TRAIN_FLOP_FACTOR, |f| Box::new(train::<Flash<Autodiff<Inner>>>(f))),
             ("burn", "fwd", 1.0, |f| Box::new(forward::<Inner>(f))),

@@ -179,7 +179,7 @@ pub enum KeyPadding<B: Backend> {
 /// Dropout on the attention probabilities (after the softmax, quiet included): each is kept
 /// with probability `1 − prob` and scaled by `1 / (1 − prob)`, so that the expected output is
 /// the output without dropout. `prob` must be finite and in `[0, 1)`; 0 means no dropout. The
-/// kernels' own type: the mask is a stateless function of `seed` and the entry's (batch * heads
-/// + head, row, column) (`kernels::primitives::dropout`), the same on the kernels, whatever
-/// their blocks, and on the Burn-ops path, which generates it on the host.
+/// kernels' own type: the mask is a stateless function of `seed` and the entry's
+/// `(batch * heads + head, row, column)` (`kernels::primitives::dropout`), the same on the
+/// kernels, whatever their blocks, and on the Burn-ops path, which generates it on the host.
 pub use burn_flash_attn_kernels::Dropout;
