@@ -272,11 +272,21 @@ impl<B: Backend> TransformerEncoderLayer<B> {
     fn sublayers(&self, x: Tensor<B, 3>, attention: impl FnOnce(Tensor<B, 3>) -> Tensor<B, 3>) -> Tensor<B, 3> {
         if self.norm_first {
             let x = x.clone() + self.dropout.forward(attention(self.norm_2.forward(x)));
-            x.clone() + self.dropout.forward(self.pwff.forward(self.norm_1.forward(x)))
+            x.clone() + self.dropout.forward(self.feed_forward(self.norm_1.forward(x)))
         } else {
             let x = self.norm_1.forward(x.clone() + self.dropout.forward(attention(x)));
-            self.norm_2.forward(x.clone() + self.dropout.forward(self.pwff.forward(x)))
+            self.norm_2.forward(x.clone() + self.dropout.forward(self.feed_forward(x)))
         }
+    }
+
+    /// The position-wise feed-forward network on the rows of `x` `[batch, seq, d_model]`, as
+    /// one `[1, batch · seq, d_model]` sequence (it acts row by row, so this is exact). Burn
+    /// 0.21's Fusion computes it wrong on `[batch > 1, 1, d_model]`, the shape of one decoding
+    /// step (the fused linear → activation → linear chain; errors of 0.25 on lavapipe, the family
+    /// of tracel-ai/burn#5122), which burn-nn's own encoder meets as well.
+    fn feed_forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [batch, seq, d_model] = x.dims();
+        self.pwff.forward(x.reshape([1, batch * seq, d_model])).reshape([batch, seq, d_model])
     }
 }
 

@@ -29,10 +29,11 @@
 //!   without touching the device: see [`seed_dropout`] for the stream and for reproducible
 //!   runs. A probability of 1 is refused (burn-nn's gives NaN).
 //! - **Masking is exact.** burn-nn fills masked scores with `min_float` (−1e4); ours excludes
-//!   them. Where a row keeps at least one key the two agree (`exp(−1e4)` is 0 in f32); a row
-//!   with every key masked gives output 0 with ours (the attention of that row is 0, then the
-//!   output layer adds its bias), and with burn-nn the mean of the values of all keys (its
-//!   scores are all −1e4: uniform weights). `min_float` is kept, unused, for compatibility.
+//!   them. Where a row keeps at least one key the two agree (`exp(−1e4)` is 0 in f32). A row
+//!   with every key masked attends to nothing with ours: its attention is 0 and the module
+//!   outputs the output layer's bias; burn-nn's scores of that row are all −1e4, so it
+//!   averages the values of all keys, masked ones included (uniform weights). `min_float` is
+//!   kept, unused, for compatibility.
 //! - **Caches** compute only the new rows: see [`MhaCache`] and
 //!   [`TransformerEncoder::forward_autoregressive_inference`]; the results are burn-nn's.
 //!
