@@ -51,12 +51,14 @@ impl<B: Backend> Masks<B> {
 /// What the modules pass besides the tensors and masks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AttentionSettings {
+    /// Multiplies `q·kᵀ`; `None`: `1/sqrt(head_dim)`.
+    pub(crate) scale: Option<f64>,
     pub(crate) quiet_softmax: bool,
     /// The dropout probability on the attention probabilities, applied in training only.
     pub(crate) dropout: f64,
 }
 
-/// `softmax(q·kᵀ / sqrt(head_dim))·v` with the masks, through [`flash_attention`]: the fused
+/// `softmax(q·kᵀ · scale)·v` with the masks, through [`flash_attention`]: the fused
 /// kernels on a `Flash<..>` backend, Burn ops elsewhere (and where the kernels refuse a
 /// combination: `allow_fallback`, logged).
 ///
@@ -85,6 +87,7 @@ pub(crate) fn attend<B: Backend>(
         masks => (masks.per_batch(), None),
     };
     let options = FlashAttentionOptions::new()
+        .with_scale(settings.scale)
         .with_mask(mask)
         .with_key_padding(key_padding)
         .with_quiet_softmax(settings.quiet_softmax)

@@ -5,6 +5,11 @@
 use burn::nn::{attention, transformer};
 use burn::tensor::backend::Backend;
 
+use super::cross_attention::{CrossAttentionConfig, CrossAttentionRecord};
+use super::decoder::{
+    TransformerDecoder, TransformerDecoderConfig, TransformerDecoderLayer, TransformerDecoderLayerRecord,
+    TransformerDecoderRecord,
+};
 use super::encoder::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerRecord,
     TransformerEncoderRecord,
@@ -42,6 +47,14 @@ interchange!(backend: MultiHeadAttentionRecord<B>, attention::MultiHeadAttention
     query, key, value, output, dropout, activation, d_model, n_heads, d_k, min_float, quiet_softmax,
 });
 
+interchange!(CrossAttentionConfig, attention::CrossAttentionConfig {
+    d_model, d_context, n_heads, n_heads_kv, d_head, dropout, min_float, quiet_softmax,
+});
+// burn-nn's module keeps its fields private: it converts through its record.
+interchange!(backend: CrossAttentionRecord<B>, attention::CrossAttentionRecord<B> {
+    query, key, value, output, dropout, n_heads, n_heads_kv, d_head, scale, min_float, quiet_softmax,
+});
+
 interchange!(TransformerEncoderConfig, transformer::TransformerEncoderConfig {
     d_model, d_ff, n_heads, n_layers, dropout, norm_first, quiet_softmax, initializer, activation,
     layer_norm_eps,
@@ -57,6 +70,23 @@ interchange!(backend: TransformerEncoderLayer<B>, transformer::TransformerEncode
 });
 interchange!(backend: TransformerEncoderLayerRecord<B>, transformer::TransformerEncoderLayerRecord<B> {
     mha, pwff, norm_1, norm_2, dropout, norm_first,
+});
+
+interchange!(TransformerDecoderConfig, transformer::TransformerDecoderConfig {
+    d_model, d_ff, n_heads, n_layers, dropout, norm_first, quiet_softmax, initializer, activation,
+    layer_norm_eps,
+});
+interchange!(backend: TransformerDecoder<B>, transformer::TransformerDecoder<B> {
+    d_model, d_ff, n_heads, n_layers, dropout, norm_first, quiet_softmax,
+} each { layers });
+interchange!(backend: TransformerDecoderRecord<B>, transformer::TransformerDecoderRecord<B> {
+    d_model, d_ff, n_heads, n_layers, dropout, norm_first, quiet_softmax,
+} each { layers });
+interchange!(backend: TransformerDecoderLayer<B>, transformer::TransformerDecoderLayer<B> {
+    cross_attn, self_attn, pwff, norm_1, norm_2, norm_3, dropout, norm_first,
+});
+interchange!(backend: TransformerDecoderLayerRecord<B>, transformer::TransformerDecoderLayerRecord<B> {
+    cross_attn, self_attn, pwff, norm_1, norm_2, norm_3, dropout, norm_first,
 });
 
 fn convert_all<T: Into<U>, U>(items: Vec<T>) -> Vec<U> {

@@ -9,6 +9,7 @@ use burn::tensor::{Bool, Tensor, backend::Backend};
 use super::attend::Masks;
 use super::cache::{KvCache, RowCache, SEQ_DIM, new_rows};
 use super::mha::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use super::sublayer::{Norms, feed_forward, residual};
 
 /// Configuration to create a [`TransformerEncoder`] using the [init
 /// function](TransformerEncoderConfig::init): burn-nn's `TransformerEncoderConfig`, the same
@@ -230,12 +231,8 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         mask_pad: Option<Tensor<B, 2, Bool>>,
         mask_attn: Option<Tensor<B, 3, Bool>>,
     ) -> Tensor<B, 3> {
-        self.sublayers(input, |x| {
-            let mut input = MhaInput::self_attn(x);
-            input.mask_pad = mask_pad;
-            input.mask_attn = mask_attn;
-            self.mha.forward(input).context
-        })
+        let masks = Masks { pad: mask_pad, attn: mask_attn };
+        self.sublayers(input, |x| self.mha.forward(MhaInput::self_attn(x).with_masks(masks)).context)
     }
 
     /// Applies the forward pass using an autoregressive cache (see
@@ -262,31 +259,14 @@ impl<B: Backend> TransformerEncoderLayer<B> {
         cache.output.append(output)
     }
 
-    /// The layer on the rows `x`, with `attention` the self-attention of those rows.
-    ///
-    /// ```text
-    /// post-norm (norm_first = false)                 pre-norm (norm_first = true)
-    /// x = norm_1(x + dropout(attention(x)))          x = x + dropout(attention(norm_2(x)))
-    /// x = norm_2(x + dropout(pwff(x)))               x = x + dropout(pwff(norm_1(x)))
-    /// ```
+    /// The layer on the rows `x`, with `attention` the self-attention of those rows (see
+    /// [`residual`] for the two norms of each sub-layer).
     fn sublayers(&self, x: Tensor<B, 3>, attention: impl FnOnce(Tensor<B, 3>) -> Tensor<B, 3>) -> Tensor<B, 3> {
-        if self.norm_first {
-            let x = x.clone() + self.dropout.forward(attention(self.norm_2.forward(x)));
-            x.clone() + self.dropout.forward(self.feed_forward(self.norm_1.forward(x)))
-        } else {
-            let x = self.norm_1.forward(x.clone() + self.dropout.forward(attention(x)));
-            self.norm_2.forward(x.clone() + self.dropout.forward(self.feed_forward(x)))
-        }
-    }
-
-    /// The position-wise feed-forward network on the rows of `x` `[batch, seq, d_model]`, as
-    /// one `[1, batch · seq, d_model]` sequence (it acts row by row, so this is exact). Burn
-    /// 0.21's Fusion computes it wrong on `[batch > 1, 1, d_model]`, the shape of one decoding
-    /// step (the fused linear → activation → linear chain; errors of 0.25 on lavapipe, the family
-    /// of tracel-ai/burn#5122), which burn-nn's own encoder meets as well.
-    fn feed_forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [batch, seq, d_model] = x.dims();
-        self.pwff.forward(x.reshape([1, batch * seq, d_model])).reshape([batch, seq, d_model])
+        let norm_first = self.norm_first;
+        let x = residual(x, Norms { norm_first, pre: &self.norm_2, post: &self.norm_1 }, &self.dropout, attention);
+        residual(x, Norms { norm_first, pre: &self.norm_1, post: &self.norm_2 }, &self.dropout, |x| {
+            feed_forward(&self.pwff, x)
+        })
     }
 }
 

@@ -121,13 +121,13 @@ impl MultiHeadAttentionConfig {
 #[derive(Debug, Clone)]
 pub struct MhaInput<B: Backend> {
     /// `[batch_size, seq_length_1, d_model]`
-    pub(crate) query: Tensor<B, 3>,
+    query: Tensor<B, 3>,
     /// `[batch_size, seq_length_2, d_model]`
-    pub(crate) key: Tensor<B, 3>,
+    key: Tensor<B, 3>,
     /// `[batch_size, seq_length_2, d_model]`
-    pub(crate) value: Tensor<B, 3>,
-    pub(crate) mask_pad: Option<Tensor<B, 2, Bool>>,
-    pub(crate) mask_attn: Option<Tensor<B, 3, Bool>>,
+    value: Tensor<B, 3>,
+    mask_pad: Option<Tensor<B, 2, Bool>>,
+    mask_attn: Option<Tensor<B, 3, Bool>>,
 }
 
 impl<B: Backend> MhaInput<B> {
@@ -158,6 +158,10 @@ impl<B: Backend> MhaInput<B> {
 
     pub(crate) fn masks(&self) -> Masks<B> {
         Masks { pad: self.mask_pad.clone(), attn: self.mask_attn.clone() }
+    }
+
+    pub(crate) fn with_masks(self, masks: Masks<B>) -> Self {
+        Self { mask_pad: masks.pad, mask_attn: masks.attn, ..self }
     }
 }
 
@@ -192,10 +196,7 @@ impl<B: Backend> MultiHeadAttention<B> {
     /// [`forward`](Self::forward), with an error instead of a panic when the masks do not fit
     /// the inputs or the dropout probability is 1.
     pub fn try_forward(&self, input: MhaInput<B>) -> Result<MhaOutput<B>, AttentionError> {
-        let masks = input.masks();
-        let query = self.heads(input.query, &self.query);
-        let key = self.heads(input.key, &self.key);
-        let value = self.heads(input.value, &self.value);
+        let (query, key, value, masks) = self.project(input);
         let context = self.output.forward(self.context(query, key, value, masks)?);
         Ok(MhaOutput { weights: None, context })
     }
@@ -209,10 +210,7 @@ impl<B: Backend> MultiHeadAttention<B> {
     ///
     /// Where [`try_forward`](Self::try_forward) returns an error.
     pub fn forward_with_weights(&self, input: MhaInput<B>) -> MhaOutput<B> {
-        let masks = input.masks();
-        let query = self.heads(input.query, &self.query);
-        let key = self.heads(input.key, &self.key);
-        let value = self.heads(input.value, &self.value);
+        let (query, key, value, masks) = self.project(input);
         let weights = attention_weights(query.clone(), key.clone(), masks.clone(), self.quiet_softmax);
         let context = self
             .context(query, key, value, masks)
@@ -240,9 +238,10 @@ impl<B: Backend> MultiHeadAttention<B> {
         let MhaInput { query, key, value, .. } = input;
         let query = new_rows(query, cache.output.len());
         let masks = masks.last_rows(query.dims()[SEQ_DIM]);
-        let (key, value) = match cache.kv.is_fixed() {
-            true => (key, value),
-            false => (new_rows(key, cache.kv.len()), new_rows(value, cache.kv.len())),
+        let (key, value) = if cache.kv.is_fixed() {
+            (key, value)
+        } else {
+            (new_rows(key, cache.kv.len()), new_rows(value, cache.kv.len()))
         };
         let context = self
             .forward_new_rows(query, key, value, masks, &mut cache.kv)
@@ -269,6 +268,15 @@ impl<B: Backend> MultiHeadAttention<B> {
         Ok(self.output.forward(self.context(query, key, value, masks)?))
     }
 
+    /// The heads of the query, key and value, and the masks.
+    fn project(&self, input: MhaInput<B>) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>, Masks<B>) {
+        let masks = input.masks();
+        let query = self.heads(input.query, &self.query);
+        let key = self.heads(input.key, &self.key);
+        let value = self.heads(input.value, &self.value);
+        (query, key, value, masks)
+    }
+
     /// `[batch, seq, d_model]` → `[batch, n_heads, seq, d_k]` through `linear`.
     fn heads(&self, x: Tensor<B, 3>, linear: &Linear<B>) -> Tensor<B, 4> {
         let [batch, seq, _] = x.dims();
@@ -284,7 +292,7 @@ impl<B: Backend> MultiHeadAttention<B> {
         masks: Masks<B>,
     ) -> Result<Tensor<B, 3>, AttentionError> {
         let [batch, _, seq_q, _] = query.dims();
-        let settings = AttentionSettings { quiet_softmax: self.quiet_softmax, dropout: self.dropout.prob };
+        let settings = AttentionSettings { scale: None, quiet_softmax: self.quiet_softmax, dropout: self.dropout.prob };
         let context = attend(query, key, value, masks, settings)?;
         Ok(context.swap_dims(1, 2).reshape([batch, seq_q, self.n_heads * self.d_k]))
     }

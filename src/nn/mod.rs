@@ -43,11 +43,20 @@
 mod attend;
 mod cache;
 mod convert;
+mod cross_attention;
+mod decoder;
 mod encoder;
 mod mha;
 mod seed;
+mod sublayer;
 
 pub use cache::MhaCache;
+pub use cross_attention::{CrossAttention, CrossAttentionCache, CrossAttentionConfig, CrossAttentionRecord};
+pub use decoder::{
+    TransformerDecoder, TransformerDecoderAutoregressiveCache, TransformerDecoderConfig, TransformerDecoderInput,
+    TransformerDecoderLayer, TransformerDecoderLayerAutoregressiveCache, TransformerDecoderLayerRecord,
+    TransformerDecoderRecord,
+};
 pub use encoder::{
     TransformerEncoder, TransformerEncoderAutoregressiveCache, TransformerEncoderConfig, TransformerEncoderInput,
     TransformerEncoderLayer, TransformerEncoderLayerAutoregressiveCache, TransformerEncoderLayerRecord,
@@ -59,13 +68,19 @@ pub use seed::seed_dropout;
 /// burn-nn's `attention` module with our modules: its mask helpers are re-exported as they are.
 pub mod attention {
     pub use super::cache::MhaCache;
+    pub use super::cross_attention::{CrossAttention, CrossAttentionCache, CrossAttentionConfig, CrossAttentionRecord};
     pub use super::mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, MultiHeadAttentionRecord};
     pub use burn::nn::attention::{GeneratePaddingMask, SeqLengthOption, generate_autoregressive_mask, generate_padding_mask};
 }
 
-/// burn-nn's `transformer` module with our encoder: the position-wise feed-forward network is
-/// burn-nn's, re-exported.
+/// burn-nn's `transformer` module with our encoder and decoder: the position-wise feed-forward
+/// network is burn-nn's, re-exported.
 pub mod transformer {
+    pub use super::decoder::{
+        TransformerDecoder, TransformerDecoderAutoregressiveCache, TransformerDecoderConfig, TransformerDecoderInput,
+        TransformerDecoderLayer, TransformerDecoderLayerAutoregressiveCache, TransformerDecoderLayerRecord,
+        TransformerDecoderRecord,
+    };
     pub use super::encoder::{
         TransformerEncoder, TransformerEncoderAutoregressiveCache, TransformerEncoderConfig, TransformerEncoderInput,
         TransformerEncoderLayer, TransformerEncoderLayerAutoregressiveCache, TransformerEncoderLayerRecord,
