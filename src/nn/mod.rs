@@ -1,6 +1,10 @@
 //! Drop-in replacements for burn-nn's attention modules whose attention runs through
 //! [`flash_attention`](crate::flash_attention): the fused kernels on a `Flash<..>` backend
 //! (no `[batch, n_heads, seq, seq]` scores, forward and backward), Burn ops on any other.
+//! [`MultiHeadAttention`], [`TransformerEncoder`], [`TransformerDecoder`] and
+//! [`CrossAttention`] (whose `n_heads_kv` key and value heads the grouped-query attention reads
+//! in place, where burn-nn repeats them), with their configs, inputs, caches and layers; the
+//! feed-forward network, layer norms and dropout modules inside are burn-nn's own types.
 //!
 //! Same configs (fields, defaults, builders, serialized form), same inputs and `forward`
 //! methods, same parameters and records: a record saved from the burn-nn module loads into
@@ -23,8 +27,9 @@
 //! - **Dropout** (the `dropout` probability of the attention) applies to the attention
 //!   probabilities, after the softmax, as FlashAttention (and PyTorch's
 //!   `scaled_dot_product_attention`) do: each kept with probability `1 − p`, scaled by
-//!   `1 / (1 − p)`. burn-nn's `MultiHeadAttention` applies it to the scores before the
-//!   softmax. Either is active only when the backend records gradients (`B::ad_enabled`), so
+//!   `1 / (1 − p)`. burn-nn's `MultiHeadAttention` (hence its encoder and decoder) applies it
+//!   to the scores before the softmax; its `CrossAttention` to the probabilities, as ours.
+//!   Either is active only when the backend records gradients (`B::ad_enabled`), so
 //!   inference is identical. The masks come from a fresh seed per call, drawn on the host
 //!   without touching the device: see [`seed_dropout`] for the stream and for reproducible
 //!   runs. A probability of 1 is refused (burn-nn's gives NaN).
@@ -34,12 +39,14 @@
 //!   outputs the output layer's bias; burn-nn's scores of that row are all −1e4, so it
 //!   averages the values of all keys, masked ones included (uniform weights). `min_float` is
 //!   kept, unused, for compatibility.
-//! - **Caches** compute only the new rows: see [`MhaCache`] and
-//!   [`TransformerEncoder::forward_autoregressive_inference`]; the results are burn-nn's.
+//! - **Caches** compute only the new rows, and any number of them per call: see [`MhaCache`]
+//!   and [`TransformerEncoder::forward_autoregressive_inference`]; the results are burn-nn's
+//!   (which computes the last row of each call only).
 //!
 //! Errors of the attention call (a mask that does not fit, a dropout probability of 1) panic
 //! in `forward`, as a shape error does in burn-nn; [`MultiHeadAttention::try_forward`] returns
-//! them. Combinations the kernels refuse compute with Burn ops (logged once), never an error.
+//! them (also [`CrossAttention::try_forward`]). Combinations the kernels refuse compute with
+//! Burn ops (logged once), never an error.
 mod attend;
 mod cache;
 mod convert;
