@@ -16,11 +16,12 @@ pub(crate) struct Masks<B: Backend> {
 }
 
 impl<B: Backend> Masks<B> {
-    /// The masks of the last `rows` query rows (the rows a cached step computes).
+    /// The masks of the last `rows` query rows (the rows a cached step computes). An attention
+    /// mask with fewer rows is left whole, for the attention call to report that it does not fit.
     pub(crate) fn last_rows(self, rows: usize) -> Self {
         let attn = self.attn.map(|attn| {
             let [batch, seq_q, seq_kv] = attn.dims();
-            attn.slice([0..batch, seq_q - rows..seq_q, 0..seq_kv])
+            attn.slice([0..batch, seq_q.saturating_sub(rows)..seq_q, 0..seq_kv])
         });
         Self { pad: self.pad, attn }
     }

@@ -41,7 +41,7 @@
 //!   kept, unused, for compatibility.
 //! - **Caches** compute only the new rows, and any number of them per call: see [`MhaCache`]
 //!   and [`TransformerEncoder::forward_autoregressive_inference`]; the results are burn-nn's
-//!   (which computes the last row of each call only).
+//!   (whose caches keep only the last row of each call).
 //!
 //! Errors of the attention call (a mask that does not fit, a dropout probability of 1) panic
 //! in `forward`, as a shape error does in burn-nn; [`MultiHeadAttention::try_forward`] returns

@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::nn::transformer as theirs;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use burn_flash_attn::nn::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput};
+use burn_flash_attn::nn::{TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput, seed_dropout};
 use serial_test::serial;
 
 use crate::oracle::HostEncoder;
@@ -197,3 +197,27 @@ fn encoder_training_gradients_on_flash_autodiff_match_burn_nn() {
 
 /// See the comment at its use.
 const GRADIENT_TOLERANCE: f64 = 1e-4;
+
+/// Training with dropout (the residual paths' burn-nn `Dropout`s and the attention's, on the
+/// kernels forward and backward) is reproducible: seeding Burn's RNG and `seed_dropout` before
+/// a step repeats its gradients exactly.
+#[test]
+#[serial]
+fn encoder_training_with_dropout_repeats_under_both_seeds() {
+    let config = config(true, false).with_dropout(0.2);
+    let module = burn_nn_encoder(&config);
+    let flash = ours_from::<FlashTrain>(&config, &module);
+    let x = random_data([BATCH, SEQ, D_MODEL], 91);
+    let causal = causal_mask(BATCH, SEQ);
+    let step = |seed: u64| {
+        FlashTrain::seed(&Default::default(), seed);
+        seed_dropout(seed);
+        let output = flash.forward(ours_input(&x, None, Some(&causal)));
+        gradients(&flash, &output.sum().backward())
+    };
+    let first = step(3);
+    assert_kernel_route("encoder training with dropout");
+    assert!(first.iter().flatten().all(|g| g.is_finite()), "finite gradients");
+    assert_eq!(first, step(3), "same seeds, same gradients");
+    assert_ne!(first, step(4), "other seeds, other gradients");
+}
