@@ -31,6 +31,7 @@
 //! on `Flash<..>` it reaches the kernels (see the `api` module for how, with `B: Backend` alone).
 pub mod api;
 pub mod attention;
+pub mod nn;
 mod autodiff;
 mod backend;
 mod cube;
