@@ -29,6 +29,9 @@
 //! attention, sliding windows, key and query padding, ALiBi, quiet softmax and dropout, with
 //! typed errors ([`AttentionError`]) for bad input. On any backend it computes with Burn ops;
 //! on `Flash<..>` it reaches the kernels (see the `api` module for how, with `B: Backend` alone).
+//!
+//! Models built from burn-nn's attention modules switch their `use` line to [`nn`]: the same
+//! configs, records and inputs, the attention through [`flash_attention`].
 pub mod api;
 pub mod attention;
 pub mod nn;
