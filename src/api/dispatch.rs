@@ -62,6 +62,7 @@ fn kernels<B: Backend>(
         softcap: prepared.softcap,
         is_causal: prepared.causal,
     };
+    let device = query.device();
     offer(extension);
     let out = B::attention(
         query.into_primitive().tensor(),
@@ -77,11 +78,7 @@ fn kernels<B: Backend>(
         Outcome::NotTaken => Err(format!(
             "{} answers as Flash but its attention did not take the extended options (a layer \
              between does not forward attention)",
-            B::name(&out_device::<B>(&out))
+            B::name(&device)
         )),
     }
-}
-
-fn out_device<B: Backend>(tensor: &FloatTensor<B>) -> B::Device {
-    B::float_device(tensor)
 }
