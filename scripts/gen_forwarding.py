@@ -55,6 +55,9 @@ TRANSPARENT = re.compile(r"\b(FloatTensor|IntTensor|BoolTensor|QuantizedTensor|D
 SPECIAL = {
     "attention": "crate::extension::routed_attention::<I>({args})",
     "name": 'format!("flash<{{}}>", I::name({args}))',
+    # Burn's `B::seed` also restarts the attention-dropout seeds of `burn_flash_attn::nn`, so that
+    # seeding the backend makes those modules' dropout as reproducible as burn-nn's `Dropout`.
+    "seed": "crate::nn::seed_dropout(seed);\n        I::seed({args})",
 }
 
 HEADER = (

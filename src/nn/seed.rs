@@ -6,8 +6,9 @@
 //! on it. The `base` is random per process (the standard library's hasher keys, which come
 //! from the operating system) unless [`seed_dropout`] sets it.
 //!
-//! Reproducible runs: call [`seed_dropout`] once before training (next to Burn's
-//! `B::seed(device, seed)`, which seeds burn-nn's own `Dropout` modules). The stream then
+//! Reproducible runs: on a `Flash<..>` backend, Burn's `B::seed(device, seed)` (which seeds
+//! burn-nn's own `Dropout` modules) also calls [`seed_dropout`]`(seed)`; on any other backend
+//! call [`seed_dropout`] once before training, next to `B::seed`. The stream then
 //! repeats from its start, and so do the dropout masks, as long as the attention calls come in
 //! the same order (one training thread; with several threads the order of their calls decides
 //! which seed each gets).

@@ -24,6 +24,7 @@ impl<I: FlashAttention> Backend for Flash<I> {
         format!("flash<{}>", I::name(device))
     }
     fn seed(device: &Self::Device, seed: u64) {
+        crate::nn::seed_dropout(seed);
         I::seed(device, seed)
     }
     fn sync(_device: &Self::Device) -> Result<(), ExecutionError> {
