@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on WGPU (lavapipe where there is no GPU): the kernels against
-# the f64 reference, and Flash<B> against Burn.
+# the f64 reference, Flash<B> against Burn, burn_flash_attn::nn against burn-nn, and the examples
+# (both builds of each) through burn-train's Learner.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo test --workspace "$@"
+# The classifier example's other build: burn-flash-attn's encoder on Flash<Autodiff<Wgpu>> (the
+# workspace run above builds it with burn-nn's encoder).
+cargo test -p flash-classifier --features flash "$@"

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# The seed experiment on the H200 device machine (no Rust there): gpt2-small, batch 16 x 1024
-# bytes, bf16, same seed and data, trained by the flash binary and by the fallback binary, then
-# PyTorch's GPT-2 anchor. CSVs and logs go to $OUT.
+# The example runs on the H200 device machine (no Rust there), bf16, same seed and data for the
+# flash binary and the fallback binary: the GPT-2-small experiment (hand-written loop, batch
+# 16 x 1024 bytes) and PyTorch's GPT-2 anchor; the same model through burn-train's Learner at
+# any context; the encoder classifier on the fortunes' topics. CSVs and logs go to $OUT.
 #
 # Carry `.carry` (built here by scripts/device/pack_gpt.sh, see scripts/device/README.md):
 #   .carry/bin/flash-gpt-{flash,fallback}.gz   stripped, gzip-compressed CUDA bf16 release builds
+#   .carry/bin/flash-classifier-{flash,fallback}.gz
 #   .carry/data/fortunes.txt                   examples/gpt/scripts/fetch_fortunes.sh
+#   .carry/data/fortunes/                      examples/classifier/scripts/fetch_fortunes.sh
 #   .carry/anchors/torch_gpt.py                copied from ../shared/anchors
 #
-# Usage: scripts/device/run_h200.sh [PHASE...]   phases: flash fallback torch compare (default: all)
+# Usage: scripts/device/run_h200.sh [PHASE...]   (default: flash fallback torch compare)
+#   flash | fallback                  the hand-written loop, gpt2-small, BATCH x 1024, STEPS steps
+#   learner-VARIANT[:CONTEXT[:BATCH]] gpt2-small through the Learner (default 1024 and BATCH):
+#                                     learner-VARIANT-CONTEXT.csv, its Learner artifacts deleted
+#   classifier-VARIANT                the classifier (`base`, EPOCHS epochs, dropout 0.1) on the
+#                                     fortunes: classifier-VARIANT.csv
+#   torch | compare                   torch_gpt.py; compare and plot flash.csv / fallback.csv
 # DATA (default .carry/data/fortunes.txt) and OUT (default out/ in the repository root): a
 # relative path given is relative to the directory the script is called from.
 # The device allows 10 minutes per command: run phases in separate calls if one call is too short.
@@ -35,34 +44,34 @@ mkdir -p "$out"
 bin="$(mktemp -d)"
 trap 'rm -rf "$bin"' EXIT
 
-unpack() {
-  gunzip -c "$carry/bin/flash-gpt-$1.gz" >"$bin/flash-gpt-$1" && chmod +x "$bin/flash-gpt-$1"
+unpack() {  # unpack BINARY (flash-gpt-flash, flash-classifier-fallback, ...)
+  gunzip -c "$carry/bin/$1.gz" >"$bin/$1" && chmod +x "$bin/$1"
 }
 
-train() {
-  local variant="$1"
-  unpack "$variant" || return 1
-  echo "== $variant: gpt2-small, batch $batch, $steps steps, seed $seed, $data"
-  # CubeCL logs each kernel it compiles (cubecl.toml in the working directory); a sampler
-  # records every 10 s how many were compiled and how many steps were done, so a run cut by
-  # the timeout still says where its time went.
+# run NAME BINARY ARGS...: runs BINARY in a scratch directory (cut after PHASE_TIMEOUT s), its
+# output in $out/NAME.log. CubeCL logs each kernel it compiles (cubecl.toml in the working
+# directory); a sampler records every 10 s how many were compiled and how many CSV rows were
+# written, so a run cut by the timeout still says where its time went.
+run() {
+  local name="$1" binary="$2"
+  shift 2
+  unpack "$binary" || return 1
+  echo "== $name: $binary $*"
   local work
   work="$(mktemp -d)"
   # The PTX of every compiled kernel is cached under target/ (kept between calls on a warm
   # machine): a later phase or call compiles only what no earlier one did.
   mkdir -p "$root/target/gpt-ptx-cache"
   printf '[compilation]\ncache = { file = "%s" }\n\n[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
-    "$root/target/gpt-ptx-cache" "$out/$variant-compiled.log" >"$work/cubecl.toml"
+    "$root/target/gpt-ptx-cache" "$out/$name-compiled.log" >"$work/cubecl.toml"
   (
     while sleep 10; do
-      echo "$(date +%T) compiled $(grep -c . "$out/$variant-compiled.log" 2>/dev/null || echo 0)" \
-        "csv_rows $(grep -c . "$out/$variant.csv" 2>/dev/null || echo 0)"
+      echo "$(date +%T) compiled $(grep -c . "$out/$name-compiled.log" 2>/dev/null || echo 0)" \
+        "csv_rows $(grep -c . "$out/$name.csv" 2>/dev/null || echo 0)"
     done
-  ) >"$out/$variant-progress.txt" &
+  ) >"$out/$name-progress.txt" &
   local sampler=$!
-  (cd "$work" && timeout "$phase_timeout" "$bin/flash-gpt-$variant" train --preset gpt2-small \
-    --batch "$batch" --steps "$steps" --seed "$seed" --data "$data" \
-    --csv "$out/$variant.csv" --quiet) 2>&1 | tee "$out/$variant.log"
+  (cd "$work" && timeout "$phase_timeout" "$bin/$binary" "$@") 2>&1 | tee "$out/$name.log"
   local status=${PIPESTATUS[0]}
   kill "$sampler" 2>/dev/null
   rm -rf "$work"
@@ -73,17 +82,35 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.
 status=0
 for phase in "${phases[@]}"; do
   case "$phase" in
-    flash | fallback) train "$phase" || status=1 ;;
+    flash | fallback)
+      echo "== $phase: gpt2-small, hand-written loop, batch $batch, $steps steps, seed $seed, $data"
+      run "$phase" "flash-gpt-$phase" train --hand-loop --preset gpt2-small --batch "$batch" \
+        --steps "$steps" --seed "$seed" --data "$data" --csv "$out/$phase.csv" --quiet || status=1
+      ;;
+    learner-*)
+      IFS=: read -r name context lbatch <<<"${phase#learner-}"
+      context=${context:-1024}
+      lbatch=${lbatch:-$batch}
+      run "learner-$name-$context" "flash-gpt-$name" train --preset gpt2-small --context "$context" \
+        --batch "$lbatch" --steps "$steps" --seed "$seed" --data "$data" \
+        --csv "$out/learner-$name-$context.csv" --artifacts learner --quiet || status=1
+      ;;
+    classifier-*)
+      name=${phase#classifier-}
+      run "classifier-$name" "flash-classifier-$name" --preset base --epochs "${EPOCHS:-5}" \
+        --seed "$seed" --data "$carry/data/fortunes" --csv "$out/classifier-$name.csv" \
+        --artifacts classifier || status=1
+      ;;
     torch)
       timeout "$phase_timeout" python3 "$carry/anchors/torch_gpt.py" "$batch" 2>&1 \
         | tee "$out/torch_gpt.log" || status=1
       ;;
     compare)
-      unpack flash || { status=1; continue; }
+      unpack flash-gpt-flash || { status=1; continue; }
       "$bin/flash-gpt-flash" compare "$out/flash.csv" "$out/fallback.csv" | tee "$out/compare.txt"
       "$bin/flash-gpt-flash" plot "$out/flash.csv" "$out/fallback.csv" --out "$out/gpt2-small.png"
       ;;
-    *) echo "unknown phase $phase (flash fallback torch compare)"; status=1 ;;
+    *) echo "unknown phase $phase (flash fallback learner-* classifier-* torch compare)"; status=1 ;;
   esac
 done
 exit "$status"

@@ -59,6 +59,38 @@ fn matches_burn_nn(name: &str, n_heads_kv: usize) {
     }
 }
 
+/// In bf16 (grouped-query, 4 heads over 2): burn-nn's f32 record → bytes → burn-nn in bf16 and
+/// ours on `Flash<bf16>` → bytes → burn-nn in bf16, every parameter bit for bit; ours meets the
+/// rule against the f64 oracle of the bf16 parameters and inputs, burn-nn in bf16 as the plain one.
+#[test]
+#[serial]
+fn cross_attention_bf16_record_round_trips_and_outputs_meet_the_rule() {
+    let name = "cross_attention_bf16_record_round_trips_and_outputs_meet_the_rule";
+    if !bf16_supported(name) {
+        return;
+    }
+    let device = Default::default();
+    let config = config(2);
+    let module = burn_nn_cross(&config);
+    let theirs_bf16 = config.init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
+    let flash = ours_from::<FlashBf16>(&config, &module);
+    let back = config.init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
+    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+
+    let query = bf16_rounded(&random_data([BATCH, SEQ_Q, D_MODEL], 85));
+    let context = bf16_rounded(&random_data([BATCH, SEQ_CONTEXT, D_CONTEXT], 86));
+    let mask = padding_mask(&[SEQ_CONTEXT, SEQ_CONTEXT - 7], SEQ_CONTEXT);
+    let masked = masked_by(Some(&mask), None);
+    let context_rows = rows(&context);
+    let reference = HostMha::cross(&theirs_bf16.clone().into_record(), &config)
+        .forward(BATCH, &rows(&query), &context_rows, &context_rows, &masked)
+        .data;
+    let plain = to_f64(theirs_bf16.forward(float(&query), float(&context), Some(bool(&mask))));
+    let ours = to_f64(flash.forward(float(&query), float(&context), Some(bool(&mask))));
+    assert_kernel_route(name);
+    assert_rule_bf16(name, &ours, &plain, &reference);
+}
+
 #[test]
 #[serial]
 fn cross_attention_gqa_h4_kv2_q13_context19_mask() {

@@ -54,7 +54,7 @@ impl Inputs {
         }
     }
 
-    fn oracle(&self, module: &theirs::TransformerDecoder<Inner>) -> Vec<f64> {
+    fn oracle<B: Backend>(&self, module: &theirs::TransformerDecoder<B>) -> Vec<f64> {
         let target_masked = masked_by(Some(&self.target_pad), Some(&self.causal));
         let memory_masked = masked_by(Some(&self.memory_pad), None);
         HostDecoder::new(module, LAYER_NORM_EPS)
@@ -69,7 +69,7 @@ impl Inputs {
             .memory_mask_pad(bool(&self.memory_pad))
     }
 
-    fn theirs(&self) -> theirs::TransformerDecoderInput<Inner> {
+    fn theirs<B: Backend>(&self) -> theirs::TransformerDecoderInput<B> {
         theirs::TransformerDecoderInput::new(float(&self.target), float(&self.memory))
             .target_mask_pad(bool(&self.target_pad))
             .target_mask_attn(bool(&self.causal))
@@ -88,6 +88,35 @@ fn matches_burn_nn(name: &str, norm_first: bool) {
     let flash = to_f64(ours_from::<FlashInner>(&config, &module).forward(inputs.ours()));
     assert_kernel_route(name);
     assert_rule(&format!("{name} (flash)"), &flash, &plain, &reference);
+}
+
+/// In bf16 (pre-norm, causal and padded target, padded memory): burn-nn's f32 record → bytes →
+/// burn-nn in bf16 and ours on `Flash<bf16>` → bytes → burn-nn in bf16, every parameter bit for
+/// bit; ours meets the rule against the f64 oracle of the bf16 parameters and inputs, burn-nn in
+/// bf16 as the plain one.
+#[test]
+#[serial]
+fn decoder_bf16_record_round_trips_and_outputs_meet_the_rule() {
+    let name = "decoder_bf16_record_round_trips_and_outputs_meet_the_rule";
+    if !bf16_supported(name) {
+        return;
+    }
+    let device = Default::default();
+    let config = config(true);
+    let module = burn_nn_decoder(&config);
+    let theirs_bf16 = config.init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
+    let flash = ours_from::<FlashBf16>(&config, &module);
+    let back = config.init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
+    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+
+    let mut inputs = Inputs::new(65);
+    inputs.target = bf16_rounded(&inputs.target);
+    inputs.memory = bf16_rounded(&inputs.memory);
+    let reference = inputs.oracle(&theirs_bf16);
+    let plain = to_f64(theirs_bf16.forward(inputs.theirs()));
+    let ours = to_f64(flash.forward(inputs.ours()));
+    assert_kernel_route(name);
+    assert_rule_bf16(name, &ours, &plain, &reference);
 }
 
 #[test]

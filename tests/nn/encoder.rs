@@ -76,6 +76,35 @@ fn matches_burn_nn(name: &str, norm_first: bool, quiet: bool) {
     assert_rule(&format!("{name} (flash)"), &to_f64(flash), &plain, &reference);
 }
 
+/// In bf16 (pre-norm, both masks): burn-nn's f32 record → bytes → burn-nn in bf16 and ours on
+/// `Flash<bf16>` → bytes → burn-nn in bf16, every parameter bit for bit; ours meets the rule
+/// against the f64 oracle of the bf16 parameters and inputs, burn-nn in bf16 as the plain one.
+#[test]
+#[serial]
+fn encoder_bf16_record_round_trips_and_outputs_meet_the_rule() {
+    let name = "encoder_bf16_record_round_trips_and_outputs_meet_the_rule";
+    if !bf16_supported(name) {
+        return;
+    }
+    let device = Default::default();
+    let config = config(true, false);
+    let module = burn_nn_encoder(&config);
+    let theirs_bf16 = config.init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
+    let flash = ours_from::<FlashBf16>(&config, &module);
+    let back = config.init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
+    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+
+    let x = bf16_rounded(&random_data([BATCH, SEQ, D_MODEL], 35));
+    let pad = padding_mask(&[SEQ, SEQ - 4], SEQ);
+    let attn = attention_mask(BATCH, SEQ, SEQ, 0.3, 36);
+    let masked = masked_by(Some(&pad), Some(&attn));
+    let reference = HostEncoder::new(&theirs_bf16, LAYER_NORM_EPS).forward(BATCH, &rows(&x), &masked).data;
+    let plain = to_f64(theirs_bf16.forward(theirs_input(&x, Some(&pad), Some(&attn))));
+    let ours = to_f64(flash.forward(ours_input(&x, Some(&pad), Some(&attn))));
+    assert_kernel_route(name);
+    assert_rule_bf16(name, &ours, &plain, &reference);
+}
+
 #[test]
 #[serial]
 fn encoder_post_norm_q15_mask_pad_and_attn() {

@@ -67,7 +67,7 @@ impl Inputs {
         input
     }
 
-    fn theirs(&self) -> theirs::MhaInput<Inner> {
+    fn theirs<B: Backend>(&self) -> theirs::MhaInput<B> {
         let mut input = theirs::MhaInput::new(float(&self.query), float(&self.key), float(&self.value));
         if let Some(pad) = &self.pad {
             input = input.mask_pad(bool(pad));
@@ -78,7 +78,7 @@ impl Inputs {
         input
     }
 
-    fn oracle(&self, module: &theirs::MultiHeadAttention<Inner>) -> Vec<f64> {
+    fn oracle<B: Backend>(&self, module: &theirs::MultiHeadAttention<B>) -> Vec<f64> {
         let masked = masked_by(self.pad.as_ref(), self.attn.as_ref());
         HostMha::new(module).forward(BATCH, &rows(&self.query), &rows(&self.key), &rows(&self.value), &masked).data
     }
@@ -164,6 +164,34 @@ fn mha_record_round_trips() {
     assert_eq!(parameters(&back), expected, "ours -> bytes -> burn-nn");
     let back: theirs::MultiHeadAttention<Inner> = in_memory.into();
     assert_eq!(parameters(&back), expected, "module From");
+}
+
+/// In bf16: burn-nn's f32 record → bytes → burn-nn in bf16 (the plain implementation) and ours
+/// on `Flash<bf16>` → bytes → burn-nn in bf16 again, every parameter bit for bit; ours meets
+/// the rule against the f64 oracle of the bf16 parameters and inputs (both masks).
+#[test]
+#[serial]
+fn mha_bf16_record_round_trips_and_outputs_meet_the_rule() {
+    let name = "mha_bf16_record_round_trips_and_outputs_meet_the_rule";
+    if !bf16_supported(name) {
+        return;
+    }
+    let device = Default::default();
+    let module = burn_nn_mha(&theirs::MultiHeadAttentionConfig::new(D_MODEL, HEADS));
+    let theirs_bf16 = burn_nn_config(&module).init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
+    let flash = ours_from::<FlashBf16>(&module);
+    let back = burn_nn_config(&module).init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
+    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+
+    let mut inputs = Inputs::new(SEQ_Q, SEQ_KV, true, true, 17);
+    for data in [&mut inputs.query, &mut inputs.key, &mut inputs.value] {
+        *data = bf16_rounded(data);
+    }
+    let reference = inputs.oracle(&theirs_bf16);
+    let plain = to_f64(theirs_bf16.forward(inputs.theirs()).context);
+    let ours = to_f64(flash.forward(inputs.ours()).context);
+    assert_kernel_route(name);
+    assert_rule_bf16(name, &ours, &plain, &reference);
 }
 
 /// `forward_with_weights` gives burn-nn's weights (where no row is fully masked) and
@@ -296,6 +324,20 @@ fn mha_dropout_follows_seed_dropout_on_kernels_and_burn_ops() {
     // Same mask, two f32 implementations: the rule's plain error here is ~1e-7.
     let error = max_diff(&first, &seeded_forward(&plain, &inputs, 5));
     assert!(error <= 1e-5, "kernels and Burn ops drew different masks: {error:e}");
+}
+
+/// Burn's `B::seed` on a `Flash` backend restarts the same stream: the output after
+/// `FlashTrain::seed(device, s)` is the output after `seed_dropout(s)`.
+#[test]
+#[serial]
+fn mha_dropout_follows_the_flash_backends_seed() {
+    let module = burn_nn_mha(&theirs::MultiHeadAttentionConfig::new(D_MODEL, HEADS).with_dropout(0.25));
+    let inputs = Inputs::new(SEQ_Q, SEQ_KV, true, false, 29);
+    let flash = ours_from::<FlashTrain>(&module);
+    let expected = seeded_forward(&flash, &inputs, 9);
+    seed_dropout(10);
+    FlashTrain::seed(&Default::default(), 9);
+    assert_eq!(to_f64(flash.forward(inputs.ours()).context), expected, "B::seed restarts the dropout seeds");
 }
 
 fn seeded_forward<B: Backend>(module: &MultiHeadAttention<B>, inputs: &Inputs, seed: u64) -> Vec<f64> {

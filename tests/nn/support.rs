@@ -21,6 +21,9 @@ pub type Runtime = cubecl::hip::HipRuntime;
 
 /// What Burn users run: the fused CubeCL backend, f32. burn-nn's modules run on it.
 pub type Inner = Fusion<CubeBackend<Runtime, f32, i32, u32>>;
+/// The same in bf16 (mixed-precision training's storage type), where the device has it.
+pub type Bf16 = Fusion<CubeBackend<Runtime, half::bf16, i32, u32>>;
+pub type FlashBf16 = Flash<Bf16>;
 pub type FlashInner = Flash<Inner>;
 pub type Train = Autodiff<Inner>;
 pub type FlashTrain = Flash<Autodiff<Inner>>;
@@ -141,6 +144,26 @@ pub fn gradients<B: AutodiffBackend, M: Module<B>>(module: &M, grads: &B::Gradie
 /// The FlashAttention rule for outputs: `max|out − ref| ≤ 2 · max|plain − ref| + atol(f32)`.
 pub fn assert_rule(name: &str, out: &[f64], plain: &[f64], reference: &[f64]) {
     check(name, out, plain, reference, OUTPUT_FACTOR, Precision::F32).unwrap_or_else(|error| panic!("{error}"));
+}
+
+/// Whether the device computes in bf16 (not lavapipe's WGPU); prints why a bf16 test skips.
+pub fn bf16_supported(name: &str) -> bool {
+    let supported = Bf16::supports_dtype(&Default::default(), burn::tensor::DType::BF16);
+    if !supported {
+        println!("SKIPPED {name}: the device has no bf16");
+    }
+    supported
+}
+
+/// `data` rounded to bf16 and back: the inputs every implementation of a bf16 test sees.
+pub fn bf16_rounded(data: &TensorData) -> TensorData {
+    data.clone().convert::<half::bf16>().convert::<f32>()
+}
+
+/// The FlashAttention rule for bf16 outputs: `max|out − ref| ≤ 2 · max|plain − ref| +
+/// atol(bf16)`, the plain implementation being burn-nn's module in bf16.
+pub fn assert_rule_bf16(name: &str, out: &[f64], plain: &[f64], reference: &[f64]) {
+    check(name, out, plain, reference, OUTPUT_FACTOR, Precision::BF16).unwrap_or_else(|error| panic!("{error}"));
 }
 
 /// The last attention call took the FlashAttention kernels.

@@ -62,3 +62,23 @@ pub fn float_name() -> &'static str {
         "f32"
     }
 }
+
+/// The device of [`Inner`].
+pub type Device = burn::tensor::Device<Inner>;
+
+/// `count` devices of the selected runtime, the first being the default one: GPU 0..count on
+/// CUDA and ROCm; on WGPU the default adapter alone, or discrete GPUs 0..count.
+pub fn devices(count: usize) -> Vec<Device> {
+    let count = count.max(1);
+    #[cfg(feature = "wgpu")]
+    let devices = if count == 1 {
+        vec![Device::default()]
+    } else {
+        (0..count).map(burn::backend::wgpu::WgpuDevice::DiscreteGpu).collect()
+    };
+    #[cfg(all(feature = "cuda", not(feature = "wgpu")))]
+    let devices = (0..count).map(|index| burn::backend::cuda::CudaDevice { index }).collect();
+    #[cfg(all(feature = "rocm", not(any(feature = "wgpu", feature = "cuda"))))]
+    let devices = (0..count).map(|index| burn::backend::rocm::RocmDevice { index }).collect();
+    devices
+}

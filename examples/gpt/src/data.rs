@@ -79,6 +79,56 @@ impl Corpus {
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
+
+    /// Splits off the last `fraction` of the bytes (at least one window's worth stays on each
+    /// side when the corpus is large enough): the Learner validates on text it never trains on.
+    pub fn split(self, fraction: f64) -> (Self, Self) {
+        let tail = ((self.bytes.len() as f64) * fraction.clamp(0.0, 1.0)).round() as usize;
+        let mut head = self.bytes;
+        let tail = head.split_off(head.len() - tail.min(head.len()));
+        (Self { bytes: head }, Self { bytes: tail })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The start offsets of random `seq + 1`-byte windows, drawn from `seed` alone: the sequence
+/// [`Batcher`] consumes `batch` at a time, and the Learner's dataset holds in order.
+pub struct WindowStarts {
+    last_start: usize,
+    rng: StdRng,
+}
+
+impl WindowStarts {
+    pub fn new(corpus: &Corpus, seq: usize, seed: u64) -> Result<Self, Error> {
+        if corpus.len() <= seq {
+            return Err(Error::CorpusTooSmall { bytes: corpus.len(), needed: seq + 1 });
+        }
+        Ok(Self { last_start: corpus.len() - seq - 1, rng: StdRng::seed_from_u64(seed) })
+    }
+}
+
+impl Iterator for WindowStarts {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        Some(self.rng.random_range(0..=self.last_start))
+    }
+}
+
+/// `[batch, seq]` inputs and targets (shifted by one byte) of the windows starting at `starts`.
+pub fn window_tensors(bytes: &[u8], seq: usize, starts: &[usize]) -> Batch {
+    let mut inputs = Vec::with_capacity(starts.len() * seq);
+    let mut targets = Vec::with_capacity(starts.len() * seq);
+    for &start in starts {
+        let window = &bytes[start..start + seq + 1];
+        inputs.extend(window[..seq].iter().map(|&b| i32::from(b)));
+        targets.extend(window[1..].iter().map(|&b| i32::from(b)));
+    }
+    let shape = [starts.len(), seq];
+    Batch { inputs: TensorData::new(inputs, shape), targets: TensorData::new(targets, shape) }
 }
 
 /// Token windows of one step: `inputs[i] = bytes[o_i .. o_i + seq]`, `targets` shifted by one.
@@ -104,28 +154,17 @@ pub struct Batcher<'a> {
     corpus: &'a Corpus,
     batch: usize,
     seq: usize,
-    rng: StdRng,
+    starts: WindowStarts,
 }
 
 impl<'a> Batcher<'a> {
     pub fn new(corpus: &'a Corpus, batch: usize, seq: usize, seed: u64) -> Result<Self, Error> {
-        if corpus.len() <= seq {
-            return Err(Error::CorpusTooSmall { bytes: corpus.len(), needed: seq + 1 });
-        }
-        Ok(Self { corpus, batch, seq, rng: StdRng::seed_from_u64(seed) })
+        let starts = WindowStarts::new(corpus, seq, seed)?;
+        Ok(Self { corpus, batch, seq, starts })
     }
 
     pub fn next_batch(&mut self) -> Batch {
-        let last_start = self.corpus.len() - self.seq - 1;
-        let mut inputs = Vec::with_capacity(self.batch * self.seq);
-        let mut targets = Vec::with_capacity(self.batch * self.seq);
-        for _ in 0..self.batch {
-            let start = self.rng.random_range(0..=last_start);
-            let window = &self.corpus.bytes[start..start + self.seq + 1];
-            inputs.extend(window[..self.seq].iter().map(|&b| i32::from(b)));
-            targets.extend(window[1..].iter().map(|&b| i32::from(b)));
-        }
-        let shape = [self.batch, self.seq];
-        Batch { inputs: TensorData::new(inputs, shape), targets: TensorData::new(targets, shape) }
+        let starts: Vec<usize> = self.starts.by_ref().take(self.batch).collect();
+        window_tensors(&self.corpus.bytes, self.seq, &starts)
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 pub mod backend;
 pub mod compare;
 pub mod data;
+pub mod learner;
 pub mod memory;
 pub mod model;
 pub mod plot;
@@ -26,6 +27,8 @@ pub enum Error {
     EmptyLoss,
     #[error("{0} and {1} share no step to compare")]
     NothingToCompare(PathBuf, PathBuf),
+    #[error("no device to train on")]
+    NoDevice,
     #[error("plot: {0}")]
     Plot(String),
 }

@@ -4,9 +4,10 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Args, Parser, Subcommand};
 use flash_gpt::{
     Error,
-    backend::{Runtime, Selected, float_name, variant},
+    backend::{Runtime, Selected, devices, float_name, variant},
     compare::{loss_gap, mean_ms_per_step},
     data::Corpus,
+    learner::{LearnerConfig, VALID_FRACTION, train_with_learner},
     memory::MemoryProbe,
     model::Preset,
     plot::{DEFAULT_FONT, Series, load_font, plot},
@@ -26,7 +27,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a fresh model and write one CSV row per step.
+    /// Train a fresh model through burn-train's Learner (or the hand-written loop) and write one
+    /// CSV row per step.
     Train(TrainArgs),
     /// Max and mean |loss_a - loss_b| over the last steps both runs have, and their step times.
     Compare {
@@ -51,6 +53,9 @@ enum Command {
 struct TrainArgs {
     #[arg(long, value_enum, default_value = "tiny")]
     preset: Preset,
+    /// Overrides the preset's context (sequence length), e.g. 8192 or 16384.
+    #[arg(long)]
+    context: Option<usize>,
     /// Sequences per step (each `context` bytes long).
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -69,9 +74,19 @@ struct TrainArgs {
     /// Where to write the per-step CSV (default `<variant>-<preset>.csv`).
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// No progress bar (logs and CI).
+    /// No progress bar (logs and CI; the Learner prints plain lines when stdout is no terminal).
     #[arg(long)]
     quiet: bool,
+    /// The hand-written loop (AdamW step, loss read back after every step, on the whole
+    /// corpus) instead of burn-train's Learner.
+    #[arg(long)]
+    hand_loop: bool,
+    /// Devices for the Learner (GPUs 0..N).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+    /// The Learner's checkpoints and logs (default `<variant>-<preset>-learner`).
+    #[arg(long)]
+    artifacts: Option<PathBuf>,
 }
 
 fn run_train(args: TrainArgs) -> Result<(), Error> {
@@ -81,8 +96,10 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
     };
     let preset_name = format!("{:?}", args.preset).to_lowercase();
     let csv = args.csv.unwrap_or_else(|| format!("{}-{preset_name}.csv", variant()).into());
+    let mut model = args.preset.config();
+    model.context = args.context.unwrap_or(model.context);
     let config = TrainConfig {
-        model: args.preset.config(),
+        model,
         batch: args.batch,
         steps: args.steps,
         seed: args.seed,
@@ -92,8 +109,9 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
     };
     let data_name = args.data.as_ref().map_or("generated".into(), |p| p.display().to_string());
     println!(
-        "{} {} | {:?} | batch {} x {} | {} steps | seed {} | data {data_name} ({} bytes)",
+        "{} {} | {} | {:?} | batch {} x {} | {} steps | seed {} | data {data_name} ({} bytes)",
         variant(),
+        if args.hand_loop { "hand-written loop" } else { "burn-train Learner" },
         float_name(),
         config.model,
         config.batch,
@@ -102,10 +120,26 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
         config.seed,
         corpus.len()
     );
-    let device = Default::default();
-    let mut memory = MemoryProbe::<Runtime>::start(&device);
+    let all_devices = devices(args.devices);
+    let mut memory = MemoryProbe::<Runtime>::start(&all_devices[0]);
     let mut writer = CsvWriter::create(&csv)?;
-    let records = train::<Selected>(&config, &corpus, &device, &mut memory, |r| writer.write(r))?;
+    let records = if args.hand_loop {
+        train::<Selected>(&config, &corpus, &all_devices[0], &mut memory, |r| writer.write(r))?
+    } else {
+        let artifact_dir = args
+            .artifacts
+            .unwrap_or_else(|| format!("{}-{preset_name}-learner", variant()).into());
+        println!(
+            "Learner: {} device(s), validation on the last {:.0} % of the text, artifacts in {}",
+            all_devices.len(),
+            VALID_FRACTION * 100.0,
+            artifact_dir.display()
+        );
+        let learner = LearnerConfig { train: config.clone(), artifact_dir };
+        let records = train_with_learner::<Selected, _>(&learner, corpus, all_devices, memory)?;
+        records.iter().try_for_each(|r| writer.write(r))?;
+        records
+    };
     let routes = burn_flash_attn::route_counts();
     if let Some(last) = records.last() {
         let window = COMPARE_WINDOW.min(records.len());

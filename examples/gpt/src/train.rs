@@ -16,11 +16,11 @@ use crate::{
 };
 
 /// GPT-2 / nanoGPT AdamW settings.
-const BETA_1: f32 = 0.9;
+pub const BETA_1: f32 = 0.9;
 /// 0.95 rather than 0.999: steadier with the large, noisy steps of early LM training.
-const BETA_2: f32 = 0.95;
-const EPSILON: f32 = 1e-8;
-const WEIGHT_DECAY: f32 = 0.1;
+pub const BETA_2: f32 = 0.95;
+pub const EPSILON: f32 = 1e-8;
+pub const WEIGHT_DECAY: f32 = 0.1;
 /// The cosine decays the learning rate to this fraction of its peak at the last step.
 const MIN_LR_FRACTION: f64 = 0.1;
 const MS_PER_S: f64 = 1e3;

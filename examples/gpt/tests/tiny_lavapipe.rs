@@ -6,6 +6,7 @@ use flash_gpt::{
     backend::{FlashTrain, Runtime, Train},
     compare::loss_gap,
     data::Corpus,
+    learner::{LearnerConfig, train_with_learner},
     memory::MemoryProbe,
     model::Preset,
     plot::{DEFAULT_FONT, Series, load_font, plot},
@@ -86,6 +87,32 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
         let (read, run) = (read.loss, run.loss);
         assert!((read - run).abs() <= CSV_LOSS_PRECISION, "CSV loss {read} vs {run}");
     }
+
+    // The same two runs through burn-train's Learner (training on the first 95 % of the text,
+    // validation on the rest): one row per step, falling losses, the same agreement, and the
+    // flash run's attention (training and validation) on the kernels.
+    let learner = |name: &str| LearnerConfig { train: config.clone(), artifact_dir: dir.path().join(name) };
+    let memory = MemoryProbe::<Runtime>::start(&device);
+    let fallback = train_with_learner::<Train, _>(&learner("fallback"), Corpus::generated(), vec![device.clone()], memory)
+        .expect("fallback Learner run");
+    let before = burn_flash_attn::route_counts();
+    let memory = MemoryProbe::<Runtime>::start(&device);
+    let flash = train_with_learner::<FlashTrain, _>(&learner("flash"), Corpus::generated(), vec![device.clone()], memory)
+        .expect("flash Learner run");
+    let after = burn_flash_attn::route_counts();
+    println!("Learner, seed {SEED}: fallback {:?}", losses(&fallback));
+    println!("Learner, seed {SEED}: flash    {:?}", losses(&flash));
+    assert!(after.kernel - before.kernel >= attention_calls, "the Learner's steps ran the kernels");
+    assert_eq!(after.fallback, before.fallback, "no attention fell back under the Learner");
+    for (name, run) in [("fallback", &fallback), ("flash", &flash)] {
+        assert_eq!(run.len(), STEPS, "{name}: one row per Learner step");
+        let drop = run[0].loss - run[STEPS - 1].loss;
+        assert!(drop >= MIN_LOSS_DROP, "{name} (Learner): loss fell by {drop:.3}");
+        assert!(run.iter().all(|r| r.peak_memory_mib > 0.0 && r.tokens_per_s > 0.0), "{name}: no step stats");
+    }
+    let gap = loss_gap(&fallback, &flash, STEPS).expect("common steps");
+    assert!(gap.max_abs <= LOSS_TOLERANCE, "Learner: losses differ by {:.3e}", gap.max_abs);
+    assert!(dir.path().join("flash/checkpoint").is_dir(), "the Learner wrote its checkpoint");
 }
 
 #[test]
