@@ -3,7 +3,7 @@
 //! cargo feature (`cuda` for the H200 runs recorded in benches/RESULTS.md).
 //!
 //! ```text
-//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory|features|features-memory]
+//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory|profile|features|features-memory]
 //!     [--quick] [--bar] [--flash-only] [--fwd-only]
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
@@ -16,6 +16,9 @@
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
+//! `profile`: device time per kernel from CubeCL's profiler (benches/profile/mod.rs), at the
+//! `--shape`s given (default the first), tables in `$PROFILE_LOG` (default
+//! `target/attention-profile.log`).
 use std::time::{Duration, Instant};
 
 use burn::tensor::{
@@ -27,6 +30,8 @@ use burn_flash_attn::{Flash, last_route};
 
 #[path = "features/mod.rs"]
 mod features;
+#[path = "profile/mod.rs"]
+mod profile;
 use burn_fusion::Fusion;
 use cubecl::Runtime as _;
 use half::bf16;
@@ -198,6 +203,12 @@ fn parse_shape(text: &str) -> Option<[usize; 4]> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().any(|a| a == name);
+    let mode = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
+    // Before any CubeCL client: CubeCL reads its configuration once.
+    let profile_log = profile::log_path();
+    if mode == Some("profile") {
+        profile::enable(&profile_log);
+    }
     let tuning = burn_flash_attn::Tuning::default()
         .with_forward_mma(blocks_arg(&args, "mma", "BURN_FLASH_MMA"))
         .with_backward_mma(blocks_arg(&args, "mma-bwd", "BURN_FLASH_MMA_BWD"));
@@ -227,11 +238,12 @@ fn main() {
         shapes.iter().copied().filter(|s| head_dim.is_none_or(|d| s[3] == d)).collect();
     let shapes = &shapes[..];
     let only = Only { flash: flag("--flash-only"), forward: flag("--fwd-only") };
-    match args.iter().find(|a| !a.starts_with("--")).map(String::as_str) {
+    match mode {
         Some("memory") => memory(),
+        Some("profile") => profile::profile(if given.is_empty() { &SHAPES[..1] } else { &given }, &profile_log),
         Some("features") => features::features(only.flash),
         Some("features-memory") => features::features_memory(),
         Some("speed") | None => speed(shapes, only),
-        Some(other) => eprintln!("unknown mode {other}: use speed, memory, features or features-memory"),
+        Some(other) => eprintln!("unknown mode {other}: use speed, memory, profile, features or features-memory"),
     }
 }

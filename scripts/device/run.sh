@@ -5,7 +5,8 @@
 #
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | features
-#         | features-burn | tune | profile | sanitize
+#         | features-burn | tune | profile | kprofile | sanitize
+# kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -85,6 +86,13 @@ for s in "$@"; do
           > "$OUT/profile-stats.log" 2>&1
         cut -d, -f1-9 "$OUT"/prof_cuda_gpu_kern_sum.csv 2>/dev/null | cut -c1-220 | head -40
       fi ;;
+    kprofile)
+      # Device time per kernel from CubeCL's own profiler (`attention profile`), ours only, at
+      # PROFILE_SHAPES (default the smallest anchor shape and the bar's long one).
+      args=()
+      for shape in ${PROFILE_SHAPES:-6,12,512,32 4,16,8192,128}; do args+=("--shape=$shape"); done
+      PROFILE_LOG="$OUT/cubecl-profile.log" step kprofile "$BIN/attention" profile "${args[@]}"
+      cp "$OUT/kprofile.log" "$OUT/kprofile.csv" ;;
     sanitize)
       # compute-sanitizer memcheck over the conformance gradient tests (SANITIZE_FILTER), to name
       # the kernel behind an illegal address.

@@ -59,11 +59,7 @@ run() {
   echo "== $name: $binary $*"
   local work
   work="$(mktemp -d)"
-  # The PTX of every compiled kernel is cached under target/ (kept between calls on a warm
-  # machine): a later phase or call compiles only what no earlier one did.
-  mkdir -p "$root/target/gpt-ptx-cache"
-  printf '[compilation]\ncache = { file = "%s" }\n\n[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' \
-    "$root/target/gpt-ptx-cache" "$out/$name-compiled.log" >"$work/cubecl.toml"
+  printf '[compilation.logger]\nlevel = "basic"\nfile = "%s"\n' "$out/$name-compiled.log" >"$work/cubecl.toml"
   (
     while sleep 10; do
       echo "$(date +%T) compiled $(grep -c . "$out/$name-compiled.log" 2>/dev/null || echo 0)" \
@@ -71,7 +67,11 @@ run() {
     done
   ) >"$out/$name-progress.txt" &
   local sampler=$!
-  (cd "$work" && timeout "$phase_timeout" "$bin/$binary" "$@") 2>&1 | tee "$out/$name.log"
+  # The PTX of every compiled kernel is cached under target/ (kept between calls on a warm
+  # machine): a later phase or call compiles only what no earlier one did.
+  mkdir -p "$root/target/gpt-ptx-cache"
+  (cd "$work" && timeout "$phase_timeout" "$bin/$binary" "$@" --kernel-cache "$root/target/gpt-ptx-cache") 2>&1 \
+    | tee "$out/$name.log"
   local status=${PIPESTATUS[0]}
   kill "$sampler" 2>/dev/null
   rm -rf "$work"

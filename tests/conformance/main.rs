@@ -6,5 +6,6 @@ mod api_ops;
 mod common;
 mod forwarding;
 mod layout;
+mod profile_tables;
 mod semantics;
 mod training;

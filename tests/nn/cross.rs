@@ -72,10 +72,7 @@ fn cross_attention_bf16_record_round_trips_and_outputs_meet_the_rule() {
     let device = Default::default();
     let config = config(2);
     let module = burn_nn_cross(&config);
-    let theirs_bf16 = config.init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
-    let flash = ours_from::<FlashBf16>(&config, &module);
-    let back = config.init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
-    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+    let (theirs_bf16, flash) = bf16_round_trip(name, &module, || config.init::<Bf16>(&device), ours_from::<FlashBf16>(&config, &module));
 
     let query = bf16_rounded(&random_data([BATCH, SEQ_Q, D_MODEL], 85));
     let context = bf16_rounded(&random_data([BATCH, SEQ_CONTEXT, D_CONTEXT], 86));

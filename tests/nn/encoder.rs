@@ -89,10 +89,7 @@ fn encoder_bf16_record_round_trips_and_outputs_meet_the_rule() {
     let device = Default::default();
     let config = config(true, false);
     let module = burn_nn_encoder(&config);
-    let theirs_bf16 = config.init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
-    let flash = ours_from::<FlashBf16>(&config, &module);
-    let back = config.init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
-    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+    let (theirs_bf16, flash) = bf16_round_trip(name, &module, || config.init::<Bf16>(&device), ours_from::<FlashBf16>(&config, &module));
 
     let x = bf16_rounded(&random_data([BATCH, SEQ, D_MODEL], 35));
     let pad = padding_mask(&[SEQ, SEQ - 4], SEQ);

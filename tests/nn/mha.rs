@@ -178,10 +178,7 @@ fn mha_bf16_record_round_trips_and_outputs_meet_the_rule() {
     }
     let device = Default::default();
     let module = burn_nn_mha(&theirs::MultiHeadAttentionConfig::new(D_MODEL, HEADS));
-    let theirs_bf16 = burn_nn_config(&module).init::<Bf16>(&device).load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
-    let flash = ours_from::<FlashBf16>(&module);
-    let back = burn_nn_config(&module).init::<Bf16>(&device).load_record(through_bytes::<FlashBf16, Bf16, _, _>(flash.clone().into_record()));
-    assert_eq!(parameters(&back), parameters(&theirs_bf16), "ours (bf16) -> bytes -> burn-nn (bf16)");
+    let (theirs_bf16, flash) = bf16_round_trip(name, &module, || burn_nn_config(&module).init::<Bf16>(&device), ours_from::<FlashBf16>(&module));
 
     let mut inputs = Inputs::new(SEQ_Q, SEQ_KV, true, true, 17);
     for data in [&mut inputs.query, &mut inputs.key, &mut inputs.value] {

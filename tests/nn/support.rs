@@ -155,6 +155,22 @@ pub fn bf16_supported(name: &str) -> bool {
     supported
 }
 
+/// burn-nn's f32 `module` saved and loaded as burn-nn in bf16 (`init_theirs` builds the empty
+/// module), and `ours` (ours on `Flash<bf16>`, loaded from the same bytes) saved and loaded
+/// back as burn-nn in bf16: every parameter of the two bf16 burn-nn modules is the same, bit for
+/// bit. Returns the bf16 burn-nn module (the plain implementation) and ours.
+pub fn bf16_round_trip<T: Module<Inner>, TB: Module<Bf16>, O: Module<FlashBf16>>(
+    name: &str,
+    module: &T,
+    init_theirs: impl Fn() -> TB,
+    ours: O,
+) -> (TB, O) {
+    let theirs = init_theirs().load_record(through_bytes::<Inner, Bf16, _, _>(module.clone().into_record()));
+    let back = init_theirs().load_record(through_bytes::<FlashBf16, Bf16, _, _>(ours.clone().into_record()));
+    assert_eq!(parameters(&back), parameters(&theirs), "{name}: ours (bf16) -> bytes -> burn-nn (bf16)");
+    (theirs, ours)
+}
+
 /// `data` rounded to bf16 and back: the inputs every implementation of a bf16 test sees.
 pub fn bf16_rounded(data: &TensorData) -> TensorData {
     data.clone().convert::<half::bf16>().convert::<f32>()

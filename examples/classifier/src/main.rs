@@ -19,6 +19,8 @@ use flash_gpt::{
     record::CsvWriter,
 };
 
+/// Where compiled kernels are kept between runs (`--kernel-cache`).
+const KERNEL_CACHE: &str = "target/kernel-cache";
 /// Steps averaged for the reported step time (the first ones compile kernels).
 const REPORT_WINDOW: usize = 100;
 
@@ -66,15 +68,27 @@ struct Cli {
     /// Devices (GPUs 0..N).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// burn-train's multi-device strategy even with one device.
+    #[arg(long)]
+    multi_device: bool,
     /// The per-step CSV (default `<variant>-classifier.csv`), in flash-gpt's format.
     #[arg(long)]
     csv: Option<PathBuf>,
     /// Checkpoints and logs (default `<variant>-classifier`).
     #[arg(long)]
-    artifacts: Option<PathBuf>,
+    artifacts: Option<PathBuf>,    /// CubeCL's persistent kernel cache: kernels compiled by an earlier run load from here.
+    #[arg(long, default_value = KERNEL_CACHE)]
+    kernel_cache: PathBuf,
+    /// Compile every kernel afresh (no persistent cache).
+    #[arg(long)]
+    no_kernel_cache: bool,
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
+    // Before any tensor: CubeCL reads its configuration once.
+    if !cli.no_kernel_cache {
+        burn_flash_attn::enable_kernel_cache(&cli.kernel_cache).map_err(flash_gpt::Error::from)?;
+    }
     let texts = match &cli.data {
         Some(dir) => Texts::fortunes(dir, cli.seed)?,
         None => Texts::generated(cli.seed),
@@ -93,6 +107,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         learning_rate: cli.lr,
         warmup_steps: cli.warmup,
         artifact_dir: cli.artifacts.unwrap_or_else(|| format!("{}-classifier", variant()).into()),
+        multi_device: cli.multi_device,
     };
     let lengths: Vec<usize> = texts.items.iter().map(|t| t.bytes.len()).collect();
     println!(

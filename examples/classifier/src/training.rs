@@ -16,13 +16,13 @@ use burn::{
         backend::{AutodiffBackend, Backend},
     },
     train::{
-        ExecutionStrategy, Learner, MultiDeviceOptim, SupervisedTraining,
+        Learner, SupervisedTraining,
         metric::{AccuracyMetric, IterationSpeedMetric, LearningRateMetric, LossMetric},
     },
 };
 use burn::data::dataloader::batcher::Batcher as _;
 use flash_gpt::{
-    learner::{LastEpochCheckpoint, StepLog, StepMetric},
+    learner::{LastEpochCheckpoint, StepLog, StepMetric, execution_strategy},
     memory::PeakMemory,
     record::StepRecord,
 };
@@ -47,6 +47,8 @@ pub struct TrainConfig {
     pub warmup_steps: usize,
     /// Checkpoints, metric logs and the experiment log.
     pub artifact_dir: PathBuf,
+    /// burn-train's multi-device strategy even on one device (`flash_gpt::learner::execution_strategy`).
+    pub multi_device: bool,
 }
 
 /// What a run gives: one row per training step, and the trained model's accuracy and mean loss
@@ -90,11 +92,7 @@ where
         .init()
         .map_err(Error::Schedule)?;
     let log = StepLog::default();
-    let strategy = if devices.len() > 1 {
-        ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
-    } else {
-        ExecutionStrategy::SingleDevice(device.clone())
-    };
+    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())

@@ -39,6 +39,7 @@ fn tiny_classifier_trains_through_the_learner() {
         learning_rate: 0.2,
         warmup_steps: 4,
         artifact_dir: artifacts.clone(),
+        multi_device: false,
     };
     let device = devices(1);
     let memory = MemoryProbe::<Runtime>::start(&device[0]);

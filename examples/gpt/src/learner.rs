@@ -70,6 +70,20 @@ pub struct LearnerConfig {
     pub train: TrainConfig,
     /// Checkpoints, metric logs and the experiment log.
     pub artifact_dir: PathBuf,
+    /// burn-train's multi-device strategy even on one device (see [`execution_strategy`]).
+    pub multi_device: bool,
+}
+
+/// Where burn-train runs the steps: `devices[0]` alone, or burn-train's multi-device strategy
+/// (each step's batch on the next device in turn, the gradients accumulated and the optimizer
+/// run on `devices[0]`) with several devices, or with one when `multi_device` asks for it (so
+/// that its code path runs, and is checked against the single-device one, without two GPUs).
+pub fn execution_strategy<B: Backend>(devices: Vec<B::Device>, multi_device: bool) -> Result<ExecutionStrategy<B>, Error> {
+    match devices.as_slice() {
+        [] => Err(Error::NoDevice),
+        [device] if !multi_device => Ok(ExecutionStrategy::SingleDevice(device.clone())),
+        _ => Ok(ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)),
+    }
 }
 
 /// The start offsets of the windows of one split, in the order the loader batches them.
@@ -327,11 +341,7 @@ where
         .init::<B, Gpt<B>>();
     let schedule = WarmupCosine { config: train.clone(), step: 0 };
     let log = StepLog::default();
-    let strategy = if devices.len() > 1 {
-        ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
-    } else {
-        ExecutionStrategy::SingleDevice(device)
-    };
+    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())

@@ -27,6 +27,8 @@ pub enum Error {
     EmptyLoss,
     #[error("{0} and {1} share no step to compare")]
     NothingToCompare(PathBuf, PathBuf),
+    #[error(transparent)]
+    KernelCache(#[from] burn_flash_attn::KernelCacheError),
     #[error("no device to train on")]
     NoDevice,
     #[error("plot: {0}")]

@@ -15,6 +15,8 @@ use flash_gpt::{
     train::{TrainConfig, train},
 };
 
+/// Where `train` keeps compiled kernels between runs (`--kernel-cache`).
+const KERNEL_CACHE: &str = "target/kernel-cache";
 /// The window of `compare`: the last 100 steps, as the experiment reports.
 const COMPARE_WINDOW: usize = 100;
 
@@ -84,12 +86,24 @@ struct TrainArgs {
     /// Devices for the Learner (GPUs 0..N).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// burn-train's multi-device strategy even with one device.
+    #[arg(long)]
+    multi_device: bool,
     /// The Learner's checkpoints and logs (default `<variant>-<preset>-learner`).
     #[arg(long)]
-    artifacts: Option<PathBuf>,
+    artifacts: Option<PathBuf>,    /// CubeCL's persistent kernel cache: kernels compiled by an earlier run load from here.
+    #[arg(long, default_value = KERNEL_CACHE)]
+    kernel_cache: PathBuf,
+    /// Compile every kernel afresh (no persistent cache).
+    #[arg(long)]
+    no_kernel_cache: bool,
 }
 
 fn run_train(args: TrainArgs) -> Result<(), Error> {
+    // Before any tensor: CubeCL reads its configuration once.
+    if !args.no_kernel_cache {
+        burn_flash_attn::enable_kernel_cache(&args.kernel_cache)?;
+    }
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(),
@@ -135,7 +149,7 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
             VALID_FRACTION * 100.0,
             artifact_dir.display()
         );
-        let learner = LearnerConfig { train: config.clone(), artifact_dir };
+        let learner = LearnerConfig { train: config.clone(), artifact_dir, multi_device: args.multi_device };
         let records = train_with_learner::<Selected, _>(&learner, corpus, all_devices, memory)?;
         records.iter().try_for_each(|r| writer.write(r))?;
         records

@@ -91,7 +91,7 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     // The same two runs through burn-train's Learner (training on the first 95 % of the text,
     // validation on the rest): one row per step, falling losses, the same agreement, and the
     // flash run's attention (training and validation) on the kernels.
-    let learner = |name: &str| LearnerConfig { train: config.clone(), artifact_dir: dir.path().join(name) };
+    let learner = |name: &str| LearnerConfig { train: config.clone(), artifact_dir: dir.path().join(name), multi_device: false };
     let memory = MemoryProbe::<Runtime>::start(&device);
     let fallback = train_with_learner::<Train, _>(&learner("fallback"), Corpus::generated(), vec![device.clone()], memory)
         .expect("fallback Learner run");
@@ -113,6 +113,17 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     let gap = loss_gap(&fallback, &flash, STEPS).expect("common steps");
     assert!(gap.max_abs <= LOSS_TOLERANCE, "Learner: losses differ by {:.3e}", gap.max_abs);
     assert!(dir.path().join("flash/checkpoint").is_dir(), "the Learner wrote its checkpoint");
+
+    // burn-train's multi-device strategy on one device (what `--devices N` runs on N GPUs, here
+    // with N = 1): the same steps, the same losses as the single-device strategy.
+    let multi = LearnerConfig { multi_device: true, ..learner("flash-multi") };
+    let memory = MemoryProbe::<Runtime>::start(&device);
+    let flash_multi = train_with_learner::<FlashTrain, _>(&multi, Corpus::generated(), vec![device.clone()], memory)
+        .expect("flash Learner run, multi-device strategy");
+    println!("Learner, multi-device strategy on 1 device: flash {:?}", losses(&flash_multi));
+    assert_eq!(flash_multi.len(), STEPS, "multi-device: one row per step");
+    let gap = loss_gap(&flash, &flash_multi, STEPS).expect("common steps");
+    assert!(gap.max_abs <= LOSS_TOLERANCE, "multi-device vs single-device: losses differ by {:.3e}", gap.max_abs);
 }
 
 #[test]

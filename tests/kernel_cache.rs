@@ -1,0 +1,21 @@
+//! `enable_kernel_cache` in a process of its own (CubeCL reads its configuration once per
+//! process): it takes effect before any kernel, keeps CubeCL's other settings, and is refused,
+//! changing nothing, once the configuration is in use.
+use burn_flash_attn::{KernelCacheError, enable_kernel_cache};
+use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
+
+#[test]
+fn the_kernel_cache_is_set_once_before_any_kernel() {
+    let dir = std::env::temp_dir().join(format!("flash-kernel-cache-{}", std::process::id()));
+    assert_eq!(enable_kernel_cache(&dir), Ok(()));
+    let config = CubeClRuntimeConfig::get();
+    match &config.compilation.cache {
+        Some(CacheConfig::File(path)) => assert_eq!(path, &dir),
+        other => panic!("the cache is {other:?}, not {}", dir.display()),
+    }
+    assert_eq!(enable_kernel_cache("elsewhere"), Err(KernelCacheError::AlreadyConfigured));
+    match &CubeClRuntimeConfig::get().compilation.cache {
+        Some(CacheConfig::File(path)) => assert_eq!(path, &dir, "a refused call changes nothing"),
+        other => panic!("the cache is {other:?}"),
+    }
+}
