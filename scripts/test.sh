@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo test --workspace "$@"
 # The classifier example's other build: burn-flash-attn's encoder on Flash<Autodiff<Wgpu>> (the
-# workspace run above builds it with burn-nn's encoder).
-cargo test -p flash-classifier --features flash "$@"
+# workspace run above builds it with burn-nn's encoder). `--workspace` keeps the features of the
+# stack as above, so that only the two example crates are rebuilt (`-p flash-classifier` alone
+# would rebuild Burn and WGPU with another feature set).
+cargo test --workspace --features flash-classifier/flash --test tiny_lavapipe "$@"

@@ -1,8 +1,9 @@
 //! Training through burn-train's `Learner`, as Burn users train: a dataset of byte windows and
 //! a batcher for burn's `DataLoader`, `TrainStep` / `InferenceStep` for [`Gpt`], the warmup +
-//! cosine schedule as an `LrScheduler`, loss / learning-rate / iteration-speed metrics, file
-//! checkpoints, burn-train's progress display (its terminal UI on a terminal, plain lines
-//! otherwise), one device or several (`ExecutionStrategy::MultiDevice`).
+//! cosine schedule as an `LrScheduler`, loss / learning-rate / iteration-speed / tokens-per-second
+//! metrics, a checkpoint after the last epoch ([`LastEpochCheckpoint`]), burn-train's progress
+//! display (its terminal UI on a terminal, plain lines otherwise), one device or several
+//! ([`execution_strategy`]).
 //!
 //! ```text
 //! corpus --split--> train bytes --WindowStarts(seed)--> Windows --DataLoader(batch)--> LmBatch
@@ -58,8 +59,6 @@ use crate::{
 
 /// The share of the corpus (its end) held out for validation.
 pub const VALID_FRACTION: f64 = 0.05;
-/// Checkpoints are half-precision MessagePack without gzip (burn's `CompactRecorder` adds it):
-/// gpt2-small's parameters and AdamW state are about 0.5 GB, which gzip takes seconds to pack.
 /// Validation batches at the end of each epoch.
 const VALID_BATCHES: usize = 4;
 const MS_PER_S: f64 = 1e3;
@@ -75,9 +74,10 @@ pub struct LearnerConfig {
 }
 
 /// Where burn-train runs the steps: `devices[0]` alone, or burn-train's multi-device strategy
-/// (each step's batch on the next device in turn, the gradients accumulated and the optimizer
-/// run on `devices[0]`) with several devices, or with one when `multi_device` asks for it (so
-/// that its code path runs, and is checked against the single-device one, without two GPUs).
+/// (the windows split into one shard per device; each step runs one batch per device, on a
+/// thread each, sums the gradients on `devices[0]` and steps the optimizer there) with several
+/// devices, or with one when `multi_device` asks for it (so that its code path runs, and is
+/// checked against the single-device one, without two GPUs).
 pub fn execution_strategy<B: Backend>(devices: Vec<B::Device>, multi_device: bool) -> Result<ExecutionStrategy<B>, Error> {
     match devices.as_slice() {
         [] => Err(Error::NoDevice),
@@ -348,6 +348,8 @@ where
         .metric_train_numeric(LearningRateMetric::new())
         .metric_train(IterationSpeedMetric::new())
         .metric_train_numeric(StepMetric::new(memory, log.clone()))
+        // Half-precision MessagePack without gzip (burn's `CompactRecorder` adds it): gpt2-small's
+        // parameters and AdamW state are about 0.5 GB, which gzip takes seconds to pack.
         .with_file_checkpointer(NamedMpkFileRecorder::<HalfPrecisionSettings>::new())
         .with_checkpointing_strategy(LastEpochCheckpoint { epochs: 1 })
         .with_training_strategy(strategy.into())
