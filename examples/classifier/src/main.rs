@@ -15,12 +15,11 @@ use burn_flash_attn::nn::transformer::TransformerEncoderConfig;
 use flash_gpt::{
     backend::{Runtime, Selected, devices, float_name, variant},
     compare::mean_ms_per_step,
+    kernel_cache::KernelCacheArgs,
     memory::MemoryProbe,
     record::CsvWriter,
 };
 
-/// Where compiled kernels are kept between runs (`--kernel-cache`).
-const KERNEL_CACHE: &str = "target/kernel-cache";
 /// Steps averaged for the reported step time (the first ones compile kernels).
 const REPORT_WINDOW: usize = 100;
 
@@ -76,19 +75,14 @@ struct Cli {
     csv: Option<PathBuf>,
     /// Checkpoints and logs (default `<variant>-classifier`).
     #[arg(long)]
-    artifacts: Option<PathBuf>,    /// CubeCL's persistent kernel cache: kernels compiled by an earlier run load from here.
-    #[arg(long, default_value = KERNEL_CACHE)]
-    kernel_cache: PathBuf,
-    /// Compile every kernel afresh (no persistent cache).
-    #[arg(long)]
-    no_kernel_cache: bool,
+    artifacts: Option<PathBuf>,
+    #[command(flatten)]
+    kernel_cache: KernelCacheArgs,
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
     // Before any tensor: CubeCL reads its configuration once.
-    if !cli.no_kernel_cache {
-        burn_flash_attn::enable_kernel_cache(&cli.kernel_cache).map_err(flash_gpt::Error::from)?;
-    }
+    cli.kernel_cache.enable().map_err(flash_gpt::Error::from)?;
     let texts = match &cli.data {
         Some(dir) => Texts::fortunes(dir, cli.seed)?,
         None => Texts::generated(cli.seed),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 pub mod backend;
 pub mod compare;
 pub mod data;
+pub mod kernel_cache;
 pub mod learner;
 pub mod memory;
 pub mod model;

@@ -7,6 +7,7 @@ use flash_gpt::{
     backend::{Runtime, Selected, devices, float_name, variant},
     compare::{loss_gap, mean_ms_per_step},
     data::Corpus,
+    kernel_cache::KernelCacheArgs,
     learner::{LearnerConfig, VALID_FRACTION, train_with_learner},
     memory::MemoryProbe,
     model::Preset,
@@ -15,8 +16,6 @@ use flash_gpt::{
     train::{TrainConfig, train},
 };
 
-/// Where `train` keeps compiled kernels between runs (`--kernel-cache`).
-const KERNEL_CACHE: &str = "target/kernel-cache";
 /// The window of `compare`: the last 100 steps, as the experiment reports.
 const COMPARE_WINDOW: usize = 100;
 
@@ -91,19 +90,14 @@ struct TrainArgs {
     multi_device: bool,
     /// The Learner's checkpoints and logs (default `<variant>-<preset>-learner`).
     #[arg(long)]
-    artifacts: Option<PathBuf>,    /// CubeCL's persistent kernel cache: kernels compiled by an earlier run load from here.
-    #[arg(long, default_value = KERNEL_CACHE)]
-    kernel_cache: PathBuf,
-    /// Compile every kernel afresh (no persistent cache).
-    #[arg(long)]
-    no_kernel_cache: bool,
+    artifacts: Option<PathBuf>,
+    #[command(flatten)]
+    kernel_cache: KernelCacheArgs,
 }
 
 fn run_train(args: TrainArgs) -> Result<(), Error> {
     // Before any tensor: CubeCL reads its configuration once.
-    if !args.no_kernel_cache {
-        burn_flash_attn::enable_kernel_cache(&args.kernel_cache)?;
-    }
+    args.kernel_cache.enable()?;
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(),
