@@ -1,7 +1,7 @@
 //! `enable_kernel_cache` in a process of its own (CubeCL reads its configuration once per
 //! process): it takes effect before any kernel, keeps CubeCL's other settings, and is refused,
 //! changing nothing, once the configuration is in use.
-use burn_flash_attn::{KernelCacheError, enable_kernel_cache};
+use burn_flash_attn::{CubeclConfigError, enable_kernel_cache};
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
 
 #[test]
@@ -13,7 +13,7 @@ fn the_kernel_cache_is_set_once_before_any_kernel() {
         Some(CacheConfig::File(path)) => assert_eq!(path, &dir),
         other => panic!("the cache is {other:?}, not {}", dir.display()),
     }
-    assert_eq!(enable_kernel_cache("elsewhere"), Err(KernelCacheError::AlreadyConfigured));
+    assert_eq!(enable_kernel_cache("elsewhere"), Err(CubeclConfigError::AlreadyConfigured));
     match &CubeClRuntimeConfig::get().compilation.cache {
         Some(CacheConfig::File(path)) => assert_eq!(path, &dir, "a refused call changes nothing"),
         other => panic!("the cache is {other:?}"),

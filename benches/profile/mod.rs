@@ -13,10 +13,9 @@
 //! `speed`, and the shares, not the sum, are what this mode is for. Flash rows only
 //! (`--shape=B,H,N,D`, default the first anchor shape; causal and not).
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, profiling::ProfilingLogLevel};
+use cubecl::config::profiling::ProfilingLogLevel;
 
 use super::{Autodiff, Flash, Inner, WARMUP, check_route, forward, train};
 
@@ -31,13 +30,12 @@ const LOGGER_FLUSH: Duration = Duration::from_millis(500);
 /// Turns CubeCL's per-kernel profiling on, its tables going to `log` (the rest of the
 /// configuration as CubeCL would read it). Must run before any CubeCL client exists.
 pub fn enable(log: &Path) {
-    let mut state = CubeClRuntimeConfig::storage().lock();
-    assert!(state.is_none(), "profile: CubeCL was configured before the profiler could be turned on");
-    let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
-    config.profiling.logger.level = ProfilingLogLevel::Basic;
-    config.profiling.logger.file = Some(log.to_path_buf());
-    config.profiling.logger.append = false;
-    *state = Some(Arc::new(config));
+    burn_flash_attn::configure_cubecl(|config| {
+        config.profiling.logger.level = ProfilingLogLevel::Basic;
+        config.profiling.logger.file = Some(log.to_path_buf());
+        config.profiling.logger.append = false;
+    })
+    .expect("profile: CubeCL was configured before the profiler could be turned on");
 }
 
 /// Where the tables go: `$PROFILE_LOG`, else `target/attention-profile.log`.

@@ -2,7 +2,7 @@
 //! cache through `burn_flash_attn::enable_kernel_cache`, on by default.
 use std::path::PathBuf;
 
-use burn_flash_attn::{KernelCacheError, enable_kernel_cache};
+use burn_flash_attn::{CubeclConfigError, enable_kernel_cache};
 
 /// Where compiled kernels are kept between runs unless `--kernel-cache` says otherwise.
 pub const DEFAULT_DIR: &str = "target/kernel-cache";
@@ -19,7 +19,7 @@ pub struct KernelCacheArgs {
 
 impl KernelCacheArgs {
     /// Turns the cache on (unless `--no-kernel-cache`); call before any tensor exists.
-    pub fn enable(&self) -> Result<(), KernelCacheError> {
+    pub fn enable(&self) -> Result<(), CubeclConfigError> {
         if self.no_kernel_cache { Ok(()) } else { enable_kernel_cache(&self.kernel_cache) }
     }
 }

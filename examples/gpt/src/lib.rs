@@ -29,7 +29,7 @@ pub enum Error {
     #[error("{0} and {1} share no step to compare")]
     NothingToCompare(PathBuf, PathBuf),
     #[error(transparent)]
-    KernelCache(#[from] burn_flash_attn::KernelCacheError),
+    CubeclConfig(#[from] burn_flash_attn::CubeclConfigError),
     #[error("no device to train on")]
     NoDevice,
     #[error("plot: {0}")]

@@ -1,4 +1,7 @@
-//! CubeCL's persistent kernel cache, turned on from code.
+//! CubeCL's configuration set from code: [`configure_cubecl`], and on it the persistent kernel
+//! cache, [`enable_kernel_cache`]. CubeCL reads its configuration once, at the first kernel or
+//! client, from `cubecl.toml` / `burn.toml` in the working directory and then its environment
+//! variables; a configuration set before that replaces the reading.
 //!
 //! Every kernel configuration compiles on its first launch (nvrtc on CUDA, hiprtc on ROCm,
 //! naga and the driver on WGPU), in every new process: the first training step of GPT-2-small
@@ -20,30 +23,37 @@ use std::sync::Arc;
 
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig, cache::CacheConfig};
 
-/// Why the kernel cache could not be turned on.
+/// Why CubeCL's configuration could not be set.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum KernelCacheError {
+pub enum CubeclConfigError {
     /// CubeCL had already read (or been given) its configuration, which it does once, at the
-    /// first kernel or client: call [`enable_kernel_cache`] at the start of the program.
+    /// first kernel or client: configure it at the start of the program.
     #[error(
         "CubeCL's configuration is already in use (it is read once, at the first kernel or \
-         client): enable the kernel cache at the start of the program, before any tensor"
+         client): configure it at the start of the program, before any tensor"
     )]
     AlreadyConfigured,
 }
 
-/// Stores CubeCL's compiled kernels under `dir` (created when needed) and loads them from there
-/// in later runs, on every runtime. The rest of the configuration is what CubeCL would read
-/// itself: `cubecl.toml` / `burn.toml` in the working directory, then its environment
-/// variables. Must come before any kernel or CubeCL client: afterwards CubeCL's configuration
-/// is fixed and this returns [`KernelCacheError::AlreadyConfigured`], changing nothing.
-pub fn enable_kernel_cache(dir: impl Into<PathBuf>) -> Result<(), KernelCacheError> {
+/// Sets CubeCL's configuration to what CubeCL would read itself (`cubecl.toml` / `burn.toml` in
+/// the working directory, then its environment variables) changed by `edit`. Must come before
+/// any kernel or CubeCL client: afterwards the configuration is fixed and this returns
+/// [`CubeclConfigError::AlreadyConfigured`], changing nothing.
+pub fn configure_cubecl(edit: impl FnOnce(&mut CubeClRuntimeConfig)) -> Result<(), CubeclConfigError> {
     let mut state = CubeClRuntimeConfig::storage().lock();
     if state.is_some() {
-        return Err(KernelCacheError::AlreadyConfigured);
+        return Err(CubeclConfigError::AlreadyConfigured);
     }
     let mut config = CubeClRuntimeConfig::from_current_dir().override_from_env();
-    config.compilation.cache = Some(CacheConfig::File(dir.into()));
+    edit(&mut config);
     *state = Some(Arc::new(config));
     Ok(())
+}
+
+/// Stores CubeCL's compiled kernels under `dir` (created when needed) and loads them from there
+/// in later runs, on every runtime; the rest of the configuration as [`configure_cubecl`] reads
+/// it, and its error when CubeCL's configuration is already in use.
+pub fn enable_kernel_cache(dir: impl Into<PathBuf>) -> Result<(), CubeclConfigError> {
+    let dir = dir.into();
+    configure_cubecl(|config| config.compilation.cache = Some(CacheConfig::File(dir)))
 }
