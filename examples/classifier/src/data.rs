@@ -64,7 +64,7 @@ impl Texts {
         for (label, topic) in FORTUNE_TOPICS.iter().enumerate() {
             let path = dir.join(topic);
             let text = std::fs::read(&path).map_err(|source| Error::Io { path, source })?;
-            items.extend(split_fortunes(&text).map(|bytes| Text { bytes, label }));
+            items.extend(split_fortunes(&text).into_iter().map(|bytes| Text { bytes, label }));
         }
         let topics = FORTUNE_TOPICS.iter().map(|t| t.to_string()).collect();
         Ok(Self::shuffled(items, topics, seed))
@@ -111,14 +111,13 @@ impl Texts {
 }
 
 /// The records of a fortune file: the text between lines holding only `%`, trimmed, non-empty.
-fn split_fortunes(text: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
-    text.split(|&b| b == b'\n')
-        .collect::<Vec<_>>()
+fn split_fortunes(text: &[u8]) -> Vec<Vec<u8>> {
+    let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+    lines
         .split(|line| *line == b"%")
         .map(|lines| lines.join(&b'\n').trim_ascii().to_vec())
         .filter(|record| !record.is_empty())
-        .collect::<Vec<_>>()
-        .into_iter()
+        .collect()
 }
 
 impl Dataset<Text> for Texts {
@@ -179,7 +178,7 @@ mod tests {
 
     #[test]
     fn fortunes_split_on_percent_lines() {
-        let records: Vec<_> = split_fortunes(b"one\nline\n%\n\n%\ntwo\n%\n").collect();
+        let records = split_fortunes(b"one\nline\n%\n\n%\ntwo\n%\n");
         assert_eq!(records, vec![b"one\nline".to_vec(), b"two".to_vec()]);
     }
 

@@ -13,8 +13,6 @@ pub mod training;
 pub enum Error {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("no device to train on")]
-    NoDevice,
     #[error("learning-rate schedule: {0}")]
     Schedule(String),
     #[error(transparent)]

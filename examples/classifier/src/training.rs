@@ -70,7 +70,8 @@ where
     B: AutodiffBackend,
     P: PeakMemory + Clone + Send + Sync + 'static,
 {
-    let device = devices.first().cloned().ok_or(Error::NoDevice)?;
+    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
+    let device = strategy.main_device().clone();
     let (train_texts, valid_texts) = texts.split(VALID_FRACTION);
     let batcher = PadBatcher { max_len: config.model.max_len };
     let loader_train = DataLoaderBuilder::new(batcher.clone())
@@ -92,7 +93,6 @@ where
         .init()
         .map_err(Error::Schedule)?;
     let log = StepLog::default();
-    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())

@@ -80,8 +80,8 @@ impl Corpus {
         self.bytes.is_empty()
     }
 
-    /// Splits off the last `fraction` of the bytes (at least one window's worth stays on each
-    /// side when the corpus is large enough): the Learner validates on text it never trains on.
+    /// Splits off the last `fraction` of the bytes: the Learner validates on text it never
+    /// trains on (a side too short for one window is `Error::CorpusTooSmall` in [`WindowStarts`]).
     pub fn split(self, fraction: f64) -> (Self, Self) {
         let tail = ((self.bytes.len() as f64) * fraction.clamp(0.0, 1.0)).round() as usize;
         let mut head = self.bytes;

@@ -28,7 +28,6 @@ use burn::{
         dataset::Dataset,
     },
     lr_scheduler::LrScheduler,
-    optim::AdamWConfig,
     record::{HalfPrecisionSettings, NamedMpkFileRecorder},
     tensor::{
         ElementConversion, Int, Tensor,
@@ -54,14 +53,15 @@ use crate::{
     memory::PeakMemory,
     model::Gpt,
     record::StepRecord,
-    train::{BETA_1, BETA_2, EPSILON, TrainConfig, WEIGHT_DECAY},
+    train::{MS_PER_S, TrainConfig, adamw},
 };
 
 /// The share of the corpus (its end) held out for validation.
 pub const VALID_FRACTION: f64 = 0.05;
 /// Validation batches at the end of each epoch.
 const VALID_BATCHES: usize = 4;
-const MS_PER_S: f64 = 1e3;
+/// The Learner runs one epoch of `steps` batches: the hand-written loop's data, once.
+const EPOCHS: usize = 1;
 
 /// The Learner's settings beyond the hand-written loop's [`TrainConfig`].
 #[derive(Debug, Clone)]
@@ -317,7 +317,8 @@ where
 {
     let train = &config.train;
     let seq = train.model.context;
-    let device = devices.first().cloned().ok_or(Error::NoDevice)?;
+    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
+    let device = strategy.main_device().clone();
     let (train_text, valid_text) = corpus.split(VALID_FRACTION);
     let train_windows = Windows::new(&train_text, seq, train.seed, train.steps * train.batch)?;
     let valid_windows = Windows::new(&valid_text, seq, train.seed + 1, VALID_BATCHES * train.batch)?;
@@ -333,15 +334,9 @@ where
 
     B::seed(&device, train.seed);
     let model = Gpt::<B>::new(&train.model, &device);
-    let optimizer = AdamWConfig::new()
-        .with_beta_1(BETA_1)
-        .with_beta_2(BETA_2)
-        .with_epsilon(EPSILON)
-        .with_weight_decay(WEIGHT_DECAY)
-        .init::<B, Gpt<B>>();
+    let optimizer = adamw().init::<B, Gpt<B>>();
     let schedule = WarmupCosine { config: train.clone(), step: 0 };
     let log = StepLog::default();
-    let strategy = execution_strategy::<B>(devices, config.multi_device)?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())
@@ -351,9 +346,9 @@ where
         // Half-precision MessagePack without gzip (burn's `CompactRecorder` adds it): gpt2-small's
         // parameters and AdamW state are about 0.5 GB, which gzip takes seconds to pack.
         .with_file_checkpointer(NamedMpkFileRecorder::<HalfPrecisionSettings>::new())
-        .with_checkpointing_strategy(LastEpochCheckpoint { epochs: 1 })
+        .with_checkpointing_strategy(LastEpochCheckpoint { epochs: EPOCHS })
         .with_training_strategy(strategy.into())
-        .num_epochs(1)
+        .num_epochs(EPOCHS)
         .summary();
     training.launch(Learner::new(model, optimizer, schedule));
     let records = log.lock().map(|log| log.clone()).unwrap_or_default();

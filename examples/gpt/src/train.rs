@@ -16,14 +16,14 @@ use crate::{
 };
 
 /// GPT-2 / nanoGPT AdamW settings.
-pub const BETA_1: f32 = 0.9;
+const BETA_1: f32 = 0.9;
 /// 0.95 rather than 0.999: steadier with the large, noisy steps of early LM training.
-pub const BETA_2: f32 = 0.95;
-pub const EPSILON: f32 = 1e-8;
-pub const WEIGHT_DECAY: f32 = 0.1;
+const BETA_2: f32 = 0.95;
+const EPSILON: f32 = 1e-8;
+const WEIGHT_DECAY: f32 = 0.1;
 /// The cosine decays the learning rate to this fraction of its peak at the last step.
 const MIN_LR_FRACTION: f64 = 0.1;
-const MS_PER_S: f64 = 1e3;
+pub(crate) const MS_PER_S: f64 = 1e3;
 const PROGRESS_TEMPLATE: &str = "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +37,15 @@ pub struct TrainConfig {
     pub warmup_steps: usize,
     /// Draw the indicatif progress bar (on stderr).
     pub progress: bool,
+}
+
+/// AdamW with the GPT-2 / nanoGPT settings above (both training loops).
+pub(crate) fn adamw() -> AdamWConfig {
+    AdamWConfig::new()
+        .with_beta_1(BETA_1)
+        .with_beta_2(BETA_2)
+        .with_epsilon(EPSILON)
+        .with_weight_decay(WEIGHT_DECAY)
 }
 
 impl TrainConfig {
@@ -69,12 +78,7 @@ pub fn train<B: AutodiffBackend>(
     let mut batcher = Batcher::new(corpus, config.batch, config.model.context, config.seed)?;
     B::seed(device, config.seed);
     let mut model = Gpt::<B>::new(&config.model, device);
-    let mut optimizer = AdamWConfig::new()
-        .with_beta_1(BETA_1)
-        .with_beta_2(BETA_2)
-        .with_epsilon(EPSILON)
-        .with_weight_decay(WEIGHT_DECAY)
-        .init::<B, Gpt<B>>();
+    let mut optimizer = adamw().init::<B, Gpt<B>>();
     let progress = progress_bar(config);
     let mut records = Vec::with_capacity(config.steps);
     for step in 0..config.steps {
