@@ -51,9 +51,15 @@ pub fn configure_cubecl(edit: impl FnOnce(&mut CubeClRuntimeConfig)) -> Result<(
 }
 
 /// Stores CubeCL's compiled kernels under `dir` (created when needed) and loads them from there
-/// in later runs, on every runtime; the rest of the configuration as [`configure_cubecl`] reads
-/// it, and its error when CubeCL's configuration is already in use.
+/// in later runs, on every runtime, with the autotune results beside them (`dir/autotune`: which
+/// matmul, reduce or fused kernel won for each shape, so a later run compiles only the winners;
+/// CubeCL's default keeps them in the cargo `target` directory above the working directory, or
+/// in the user's cache directory outside a cargo project). The rest of the configuration as
+/// [`configure_cubecl`] reads it, and its error when CubeCL's configuration is already in use.
 pub fn enable_kernel_cache(dir: impl Into<PathBuf>) -> Result<(), CubeclConfigError> {
     let dir = dir.into();
-    configure_cubecl(|config| config.compilation.cache = Some(CacheConfig::File(dir)))
+    configure_cubecl(|config| {
+        config.autotune.cache = CacheConfig::File(dir.join("autotune"));
+        config.compilation.cache = Some(CacheConfig::File(dir));
+    })
 }

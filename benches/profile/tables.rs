@@ -10,19 +10,22 @@ pub struct KernelTime {
 }
 
 /// Sums the rows `| name | duration | launches | share |` of CubeCL's profiling tables in
-/// `text` per kernel name (the header and `Total` rows skipped).
+/// `text` per kernel name (the header and `Total` rows skipped). The name may itself hold
+/// ` | ` (on CUDA it lists the kernel's types: `FlashAttentionForwardMmaKernel | bf16 | u32 |
+/// AsyncCopy | CudaRuntime`): the last three cells are the numbers, the rest is the name.
 pub fn totals(text: &str) -> BTreeMap<String, KernelTime> {
     let mut kernels: BTreeMap<String, KernelTime> = BTreeMap::new();
     for line in text.lines() {
         let cells: Vec<&str> = line.trim().trim_matches('|').split(" | ").map(str::trim).collect();
-        let [name, duration, launches, _share] = cells.as_slice() else { continue };
+        let [name @ .., duration, launches, _share] = cells.as_slice() else { continue };
         let (Some(seconds), Ok(launches)) = (parse_duration(duration), launches.parse::<usize>()) else {
             continue;
         };
-        if *name == "Total" {
+        let name = name.join(" | ");
+        if name.is_empty() || name == "Total" {
             continue;
         }
-        let entry = kernels.entry(name.to_string()).or_default();
+        let entry = kernels.entry(name).or_default();
         entry.launches += launches;
         entry.seconds += seconds;
     }

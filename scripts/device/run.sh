@@ -48,7 +48,9 @@ for s in "$@"; do
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         case $run in
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
-          conformance) cmd=("$BIN/conformance" --test-threads=1) ;;
+          # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
+          # libtest would capture its message there) reaches the log.
+          conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
           *) cmd=("$BIN/$run" --test-threads=${THREADS:-4}) ;;
         esac
         (timeout "${STEP_TIMEOUT:-420}" "${cmd[@]}" > "$OUT/p-$run.log" 2>&1
@@ -104,7 +106,7 @@ for s in "$@"; do
         echo "== sanitize: exit $?"
         grep -E "Invalid|of size|at 0x|by thread|kernel|ERROR SUMMARY" "$OUT/sanitize.log" | head -40
       fi ;;
-    conformance) step conformance "$BIN/conformance" --test-threads=1 ;;
+    conformance) step conformance "$BIN/conformance" --test-threads=1 --nocapture ;;
     quick) step quick "$BIN/attention" speed --quick ;;
     speed) step speed "$BIN/attention" speed ;;
     # Burn's own rows are slow (its training step at (16,16,2048,128) takes ~40 ms a call, at

@@ -230,12 +230,19 @@ fn mha_fully_masked_row_attends_to_nothing() {
         assert_eq!(row_of_batch_1(ours), bias, "ours: attention 0, then the output layer's bias");
     }
 
-    let theirs = row_of_batch_1(to_f64(module.forward(inputs.theirs()).context));
+    let context = to_f64(module.forward(inputs.theirs()).context);
+    let theirs = row_of_batch_1(context.clone());
     let uniform = HostMha::new(&module).mean_value_output(BATCH, &rows(&inputs.value));
     // burn-nn's scores of the row are all exactly −1e4 in f32: its weights are exactly uniform,
-    // and the f32 sums of 19 values round within a few ulps of the f64 mean.
+    // and with exact f32 products the sums of 19 values round within a few ulps of the f64
+    // mean (1e-5). Where the backend's matmuls round more coarsely (TF32 on CUDA), the row
+    // carries that rounding: burn-nn's error on batch 0's rows (no key padded) against the f64
+    // oracle, measured here, twice (the rule's factor), is added.
+    let batch_0 = SEQ_Q * D_MODEL;
+    let plain_error = max_diff(&context[..batch_0], &inputs.oracle(&module)[..batch_0]);
     let error = max_diff(&theirs, uniform.row(1));
-    assert!(error <= 1e-5, "burn-nn's fully masked row is not the output of the mean value: {error:e}");
+    let bound = 1e-5 + 2.0 * plain_error;
+    assert!(error <= bound, "burn-nn's fully masked row is not the output of the mean value: {error:e} (bound {bound:e})");
 }
 
 fn max_diff(a: &[f64], b: &[f64]) -> f64 {
@@ -308,7 +315,8 @@ fn mha_cross_attention_cache_equals_full_q13_kv19_mask_pad() {
 #[test]
 #[serial]
 fn mha_dropout_follows_seed_dropout_on_kernels_and_burn_ops() {
-    let module = burn_nn_mha(&theirs::MultiHeadAttentionConfig::new(D_MODEL, HEADS).with_dropout(0.25));
+    const DROPOUT: f64 = 0.25;
+    let module = burn_nn_mha(&theirs::MultiHeadAttentionConfig::new(D_MODEL, HEADS).with_dropout(DROPOUT));
     let inputs = Inputs::new(SEQ_Q, SEQ_KV, true, false, 23);
     let flash = ours_from::<FlashTrain>(&module);
     let plain = ours_from::<Train>(&module);
@@ -318,9 +326,15 @@ fn mha_dropout_follows_seed_dropout_on_kernels_and_burn_ops() {
     assert!(max_diff(&first, &seeded_forward(&flash, &inputs, 6)) > 1e-3, "another seed, another mask");
     let inference = to_f64(ours_from::<FlashInner>(&module).forward(inputs.ours()).context);
     assert!(max_diff(&first, &inference) > 1e-3, "dropout is active in training");
-    // Same mask, two f32 implementations: the rule's plain error here is ~1e-7.
+    // Same mask, two implementations: with exact f32 products they differ by ~1e-7 (1e-5
+    // bounds it). Where the backend's matmuls round more coarsely (TF32 on CUDA) they differ
+    // by that rounding, measured here without dropout (the kernels against the Burn-ops path,
+    // inference) and scaled by the kept entries' 1 / (1 - p); twice that (the rule's factor)
+    // is added. Another mask moves the output by more than 1e-3 (asserted above).
+    let noise = max_diff(&inference, &to_f64(ours_from::<Inner>(&module).forward(inputs.ours()).context));
     let error = max_diff(&first, &seeded_forward(&plain, &inputs, 5));
-    assert!(error <= 1e-5, "kernels and Burn ops drew different masks: {error:e}");
+    let bound = 1e-5 + 2.0 * noise / (1.0 - DROPOUT);
+    assert!(error <= bound, "kernels and Burn ops drew different masks: {error:e} (bound {bound:e})");
 }
 
 /// Burn's `B::seed` on a `Flash` backend restarts the same stream: the output after

@@ -17,7 +17,6 @@ use flash_gpt::{
     compare::mean_ms_per_step,
     kernel_cache::KernelCacheArgs,
     memory::MemoryProbe,
-    record::CsvWriter,
 };
 
 /// Steps averaged for the reported step time (the first ones compile kernels).
@@ -102,6 +101,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         warmup_steps: cli.warmup,
         artifact_dir: cli.artifacts.unwrap_or_else(|| format!("{}-classifier", variant()).into()),
         multi_device: cli.multi_device,
+        csv: Some(csv.clone()),
     };
     let lengths: Vec<usize> = texts.items.iter().map(|t| t.bytes.len()).collect();
     println!(
@@ -125,8 +125,6 @@ fn run(cli: Cli) -> Result<(), Error> {
     let all_devices = devices(cli.devices);
     let memory = MemoryProbe::<Runtime>::start(&all_devices[0]);
     let result = train::<Selected, _>(&config, texts, all_devices, memory)?;
-    let mut writer = CsvWriter::create(&csv)?;
-    result.steps.iter().try_for_each(|r| writer.write(r))?;
     let routes = burn_flash_attn::route_counts();
     let peak = result.steps.iter().map(|r| r.peak_memory_mib).fold(0.0, f64::max);
     let window = REPORT_WINDOW.min(result.steps.len());

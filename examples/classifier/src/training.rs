@@ -49,6 +49,8 @@ pub struct TrainConfig {
     pub artifact_dir: PathBuf,
     /// burn-train's multi-device strategy even on one device (`flash_gpt::learner::execution_strategy`).
     pub multi_device: bool,
+    /// The per-step CSV (flash-gpt's format), written as the steps arrive; `None`: not written.
+    pub csv: Option<PathBuf>,
 }
 
 /// What a run gives: one row per training step, and the trained model's accuracy and mean loss
@@ -92,7 +94,7 @@ where
         .with_model_size(config.model.transformer.d_model)
         .init()
         .map_err(Error::Schedule)?;
-    let log = StepLog::default();
+    let log = StepLog::writing(config.csv.as_deref())?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())
@@ -108,7 +110,7 @@ where
         .summary();
     let trained = training.launch(Learner::new(model, optimizer, schedule)).model;
     let (valid_accuracy, valid_loss) = evaluate(&trained, &batcher, &valid_texts, config.batch, &device);
-    let steps = log.lock().map(|log| log.clone()).unwrap_or_default();
+    let steps = log.finish()?;
     Ok(TrainResult { steps, valid_accuracy, valid_loss })
 }
 

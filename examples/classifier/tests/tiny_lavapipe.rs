@@ -40,6 +40,7 @@ fn tiny_classifier_trains_through_the_learner() {
         warmup_steps: 4,
         artifact_dir: artifacts.clone(),
         multi_device: false,
+        csv: None,
     };
     let device = devices(1);
     let memory = MemoryProbe::<Runtime>::start(&device[0]);

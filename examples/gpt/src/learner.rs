@@ -8,7 +8,7 @@
 //! ```text
 //! corpus --split--> train bytes --WindowStarts(seed)--> Windows --DataLoader(batch)--> LmBatch
 //!               \-> valid bytes (last 5 %) --WindowStarts(seed + 1)--------------------^
-//! Learner(Gpt, AdamW, WarmupCosine) --SupervisedTraining::launch (1 epoch)--> StepLog --> CSV
+//! Learner(Gpt, AdamW, WarmupCosine) --SupervisedTraining::launch (1 epoch)--> StepLog (+ CSV, per step)
 //! ```
 //! The training windows are the hand-written loop's ([`crate::train`]) drawn from the first
 //! 95 % of the corpus; the per-step CSV is the same (`record::HEADER`), so `compare` and `plot`
@@ -16,7 +16,7 @@
 //! queued, so a step's time here is the interval between two steps' losses arriving: in steady
 //! state the step time, as in the hand-written loop; the first includes compilation.
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::Instant,
 };
@@ -52,7 +52,7 @@ use crate::{
     data::{Corpus, WindowStarts, window_tensors},
     memory::PeakMemory,
     model::Gpt,
-    record::StepRecord,
+    record::{CsvWriter, StepRecord},
     train::{MS_PER_S, TrainConfig, adamw},
 };
 
@@ -71,6 +71,8 @@ pub struct LearnerConfig {
     pub artifact_dir: PathBuf,
     /// burn-train's multi-device strategy even on one device (see [`execution_strategy`]).
     pub multi_device: bool,
+    /// The per-step CSV, written as the steps arrive (see [`StepLog`]); `None`: not written.
+    pub csv: Option<PathBuf>,
 }
 
 /// Where burn-train runs the steps: `devices[0]` alone, or burn-train's multi-device strategy
@@ -213,8 +215,50 @@ impl LrScheduler for WarmupCosine {
     }
 }
 
-/// The per-step rows of a Learner run, filled by [`StepMetric`] as the losses arrive.
-pub type StepLog = Arc<Mutex<Vec<StepRecord>>>;
+/// The per-step rows of a Learner run, filled by [`StepMetric`] as the losses arrive. With a
+/// CSV ([`StepLog::writing`]) each row is written and flushed as it arrives, so a run cut short
+/// (a time limit, a crash in validation or checkpointing) keeps the rows of the steps it made.
+#[derive(Clone, Default)]
+pub struct StepLog(Arc<Mutex<StepRows>>);
+
+#[derive(Default)]
+struct StepRows {
+    records: Vec<StepRecord>,
+    csv: Option<CsvWriter>,
+    /// The first failed write, reported by [`StepLog::finish`] (the rows stay in memory).
+    error: Option<Error>,
+}
+
+impl StepLog {
+    /// A log that also writes each row to `csv` (`None`: memory only).
+    pub fn writing(csv: Option<&Path>) -> Result<Self, Error> {
+        let csv = csv.map(CsvWriter::create).transpose()?;
+        Ok(Self(Arc::new(Mutex::new(StepRows { csv, ..StepRows::default() }))))
+    }
+
+    /// Appends the next step's row (its step number is the count so far plus one).
+    fn push(&self, row: impl FnOnce(usize) -> StepRecord) {
+        // A poisoned lock only means a panic elsewhere while it was held: the rows are intact.
+        let mut rows = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let record = row(rows.records.len() + 1);
+        if let Some(csv) = rows.csv.as_mut()
+            && let Err(error) = csv.write(&record)
+        {
+            rows.csv = None;
+            rows.error = Some(error);
+        }
+        rows.records.push(record);
+    }
+
+    /// The rows so far, or the first error writing them to the CSV.
+    pub fn finish(&self) -> Result<Vec<StepRecord>, Error> {
+        let mut rows = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match rows.error.take() {
+            Some(error) => Err(error),
+            None => Ok(rows.records.clone()),
+        }
+    }
+}
 
 /// Tokens per second between two training steps' losses, with the CSV row of each step
 /// (loss, step time, peak memory of `P`) pushed into a shared [`StepLog`].
@@ -248,16 +292,14 @@ impl<P: PeakMemory + Clone + Send + Sync> Metric for StepMetric<P> {
         let seconds = now.duration_since(self.last).as_secs_f64();
         self.last = now;
         let tokens_per_s = stats.tokens as f64 / seconds;
-        if let Ok(mut log) = self.log.lock() {
-            let step = log.len() + 1;
-            log.push(StepRecord {
-                step,
-                loss: stats.loss,
-                ms_per_step: seconds * MS_PER_S,
-                tokens_per_s,
-                peak_memory_mib: self.memory.sample_mib(),
-            });
-        }
+        let peak_memory_mib = self.memory.sample_mib();
+        self.log.push(|step| StepRecord {
+            step,
+            loss: stats.loss,
+            ms_per_step: seconds * MS_PER_S,
+            tokens_per_s,
+            peak_memory_mib,
+        });
         self.state.update(tokens_per_s, 1, FormatOptions::new(self.name()).unit("tok/s").precision(0))
     }
 
@@ -304,7 +346,8 @@ impl CheckpointingStrategy for LastEpochCheckpoint {
 /// Trains a fresh [`Gpt`] through burn-train's Learner for one epoch of `steps` batches
 /// (validation on the held-out tail and a checkpoint in `artifact_dir` at its end) on
 /// `devices` (the first holds the model and the optimizer; with several, burn-train spreads
-/// the batches over them), and returns one row per training step.
+/// the batches over them), and returns one row per training step (written to `config.csv`
+/// as they arrive).
 pub fn train_with_learner<B, P>(
     config: &LearnerConfig,
     corpus: Corpus,
@@ -336,7 +379,7 @@ where
     let model = Gpt::<B>::new(&train.model, &device);
     let optimizer = adamw().init::<B, Gpt<B>>();
     let schedule = WarmupCosine { config: train.clone(), step: 0 };
-    let log = StepLog::default();
+    let log = StepLog::writing(config.csv.as_deref())?;
     let training = SupervisedTraining::new(&config.artifact_dir, loader_train, loader_valid)
         .metric_train_numeric(LossMetric::<Flex>::new())
         .metric_valid_numeric(LossMetric::<Flex>::new())
@@ -351,6 +394,5 @@ where
         .num_epochs(EPOCHS)
         .summary();
     training.launch(Learner::new(model, optimizer, schedule));
-    let records = log.lock().map(|log| log.clone()).unwrap_or_default();
-    Ok(records)
+    log.finish()
 }

@@ -130,8 +130,9 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
     );
     let all_devices = devices(args.devices);
     let mut memory = MemoryProbe::<Runtime>::start(&all_devices[0]);
-    let mut writer = CsvWriter::create(&csv)?;
+    // Both loops write each step's row as it comes: a run cut short keeps its rows.
     let records = if args.hand_loop {
+        let mut writer = CsvWriter::create(&csv)?;
         train::<Selected>(&config, &corpus, &all_devices[0], &mut memory, |r| writer.write(r))?
     } else {
         let artifact_dir = args
@@ -143,10 +144,13 @@ fn run_train(args: TrainArgs) -> Result<(), Error> {
             VALID_FRACTION * 100.0,
             artifact_dir.display()
         );
-        let learner = LearnerConfig { train: config.clone(), artifact_dir, multi_device: args.multi_device };
-        let records = train_with_learner::<Selected, _>(&learner, corpus, all_devices, memory)?;
-        records.iter().try_for_each(|r| writer.write(r))?;
-        records
+        let learner = LearnerConfig {
+            train: config.clone(),
+            artifact_dir,
+            multi_device: args.multi_device,
+            csv: Some(csv.clone()),
+        };
+        train_with_learner::<Selected, _>(&learner, corpus, all_devices, memory)?
     };
     let routes = burn_flash_attn::route_counts();
     if let Some(last) = records.last() {

@@ -91,7 +91,12 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     // The same two runs through burn-train's Learner (training on the first 95 % of the text,
     // validation on the rest): one row per step, falling losses, the same agreement, and the
     // flash run's attention (training and validation) on the kernels.
-    let learner = |name: &str| LearnerConfig { train: config.clone(), artifact_dir: dir.path().join(name), multi_device: false };
+    let learner = |name: &str| LearnerConfig {
+        train: config.clone(),
+        artifact_dir: dir.path().join(name),
+        multi_device: false,
+        csv: Some(dir.path().join(format!("learner-{name}.csv"))),
+    };
     let memory = MemoryProbe::<Runtime>::start(&device);
     let fallback = train_with_learner::<Train, _>(&learner("fallback"), Corpus::generated(), vec![device.clone()], memory)
         .expect("fallback Learner run");
@@ -113,6 +118,12 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     let gap = loss_gap(&fallback, &flash, STEPS).expect("common steps");
     assert!(gap.max_abs <= LOSS_TOLERANCE, "Learner: losses differ by {:.3e}", gap.max_abs);
     assert!(dir.path().join("flash/checkpoint").is_dir(), "the Learner wrote its checkpoint");
+    let written = read_csv(&dir.path().join("learner-flash.csv")).expect("the Learner's CSV");
+    assert_eq!(written.len(), STEPS, "the Learner wrote one CSV row per step");
+    for (read, run) in written.iter().zip(&flash) {
+        assert_eq!(read.step, run.step);
+        assert!((read.loss - run.loss).abs() <= CSV_LOSS_PRECISION, "Learner CSV loss {} vs {}", read.loss, run.loss);
+    }
 
     // burn-train's multi-device strategy on one device (what `--devices N` runs on N GPUs, here
     // with N = 1): the same steps, the same losses as the single-device strategy.
