@@ -19,6 +19,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     forward_path: None,
     forward_mma: None,
     backward_mma: None,
+    backward_dq: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

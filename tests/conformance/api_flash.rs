@@ -11,8 +11,10 @@ use burn_flash_attn::kernels::{
     reference::{self, Inputs, Precision},
     tolerance::{GRADIENT_FACTOR, OUTPUT_FACTOR, check},
 };
+use burn_flash_attn::kernels::backward::BackwardPath;
+use burn_flash_attn::kernels::plan::{DqAccumulation, Tuning};
 use burn_flash_attn::{
-    AttentionError, Dropout, FlashAttentionOptions, KeyPadding, SlidingWindow, flash_attention, last_route,
+    AttentionError, Dropout, FlashAttentionOptions, KeyPadding, Route, SlidingWindow, flash_attention, last_route,
 };
 use serial_test::serial;
 
@@ -219,6 +221,47 @@ fn backward_reaches_the_kernels_and_meets_the_rule() {
             check(&name, &flash[i], &plain[i], &want[i], GRADIENT_FACTOR, Precision::F32).unwrap();
         }
     }
+}
+
+/// The same calls with the one-pass backward (`Tuning::with_backward_dq(Atomic)`: dQ added by
+/// the dK/dV kernel with f32 atomic adds) where the plan can take it (the portable dK/dV, a
+/// device with f32 atomic add): the route's plan says so, and the gradients meet the rule.
+#[test]
+#[serial]
+fn backward_one_pass_reaches_the_kernels_and_meets_the_rule() {
+    if skip_without_device("backward_one_pass_reaches_the_kernels_and_meets_the_rule") {
+        return;
+    }
+    /// Puts the default tuning back, also when an assertion fails.
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            burn_flash_attn::set_tuning(Tuning::default());
+        }
+    }
+    let _restore = Restore;
+    burn_flash_attn::set_tuning(Tuning::default().with_backward_dq(Some(DqAccumulation::Atomic)));
+    for case in CASES {
+        let flash = gradients::<FlashTrain>(&case);
+        let route = last_route().expect("attention was routed");
+        let Route::Kernel { plan, .. } = &route else { panic!("{}: {route}", case.name) };
+        let backward = plan.backward.as_ref().expect("training plans the backward");
+        let one_pass = backward.dkdv.config.path() == BackwardPath::Portable;
+        println!("{}: {backward}", case.name);
+        assert_eq!(backward.dq_accumulation == DqAccumulation::Atomic, one_pass && atomic_f32_add(), "{}: {backward}", case.name);
+        let plain = gradients::<Train>(&case);
+        let (_, want) = case.reference(&host_data(43).map(to_f64));
+        for (i, what) in ["dq", "dk", "dv"].iter().enumerate() {
+            let name = format!("{} {what} (one pass)", case.name);
+            check(&name, &flash[i], &plain[i], &want[i], GRADIENT_FACTOR, Precision::F32).unwrap();
+        }
+    }
+}
+
+/// Whether the test device adds to f32 atomically.
+fn atomic_f32_add() -> bool {
+    let client = <crate::common::Runtime as cubecl::Runtime>::client(&Default::default());
+    burn_flash_attn::kernels::DeviceCaps::of(&client).has_atomic_f32_add()
 }
 
 /// What the kernels cannot run is a typed refusal from `flash_attention` on `Flash` (here a

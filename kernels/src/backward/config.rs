@@ -131,6 +131,9 @@ pub struct PortableGradientConfig {
     /// Units per cube (1D).
     pub units: u32,
     pub score: ScoreOptions,
+    /// dK/dV kernel only: also add every block pair's `dS K` to an f32 dQ accumulator with
+    /// atomic adds (the one-pass backward, [`super::dq_sink`]); no dQ kernel runs then.
+    pub atomic_dq: bool,
 }
 
 impl PortableGradientConfig {

@@ -9,7 +9,9 @@
 //! dK    += dS^T Q          (times scale once, at the end)
 //! ```
 //! Each unit owns fixed elements of dK and dV in registers, so every element is written once
-//! by one unit: no atomics, bit-identical reruns.
+//! by one unit: no atomics, bit-identical reruns. The one-pass variant
+//! ([`PortableGradientConfig::atomic_dq`], [`super::dq_sink`]) also adds each pair's
+//! `dS K` to an f32 dQ accumulator with atomic adds (FlashAttention-2's schedule).
 use cubecl::prelude::*;
 
 use crate::primitives::block_range::{pair_needs_masked_pass, query_block_span};
@@ -17,6 +19,7 @@ use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
+use super::dq_sink::{AtomicDq, DqSink, NoDq, stand_in};
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
@@ -25,7 +28,8 @@ use super::config::{BackwardKernel, PortableGradientConfig};
 use crate::primitives::score::score_params;
 
 /// Launches the dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
-/// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten.
+/// [`crate::plan::backward`], without [`PortableGradientConfig::atomic_dq`]). `dk` and `dv` are
+/// fully overwritten.
 ///
 /// # Important
 ///
@@ -38,14 +42,45 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
     dv: TensorBinding<R>,
     config: PortableGradientConfig,
 ) {
+    debug_assert!(!config.atomic_dq, "the one-pass config takes launch_dkdv_dq");
+    let dq_acc = stand_in(client);
+    launch::<R, F, M, NoDq>(client, problem, inputs, dk, dv, dq_acc, config)
+}
+
+/// The one-pass dK/dV kernel (`config.atomic_dq`): dK and dV as
+/// [`flash_attention_backward_dkdv`], and every block pair's `dS K` added to `dq_acc` (f32,
+/// zeroed, `[batch, num_heads, seq_q, head_dim]`, without the scale) by atomic adds. The device
+/// must register f32 atomic add (the planner checks).
+pub(crate) fn launch_dkdv_dq<R: Runtime, F: Float, M: Int>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
+    config: PortableGradientConfig,
+) {
+    debug_assert!(config.atomic_dq, "a two-kernel config takes flash_attention_backward_dkdv");
+    launch::<R, F, M, AtomicDq>(client, problem, inputs, dk, dv, dq_acc, config)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch<R: Runtime, F: Float, M: Int, D: DqSink>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    dk: TensorBinding<R>,
+    dv: TensorBinding<R>,
+    dq_acc: TensorBinding<R>,
+    config: PortableGradientConfig,
+) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let heads_total = problem.heads_total() as u32;
     let args = inputs.into_args(client);
     // SAFETY: shapes and strides were validated against the problem; every global access is
-    // bounds-checked against the problem's sizes inside the kernel.
+    // bounds-checked against the problem's sizes inside the kernel (dq_acc: rows against
+    // seq_q, columns against head_dim; only touched by the one-pass config).
     unsafe {
-        flash_attention_backward_dkdv_kernel::launch_unchecked::<F, M, R>(
+        flash_attention_backward_dkdv_kernel::launch_unchecked::<F, M, D, R>(
             client,
             CubeCount::Static(kv_blocks, heads_total, 1),
             CubeDim::new_1d(config.units),
@@ -60,6 +95,7 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
             args.slopes,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
+            dq_acc.into_tensor_arg(),
             score_params(problem),
             // `opaque_one`: see `CompensatedSums`.
             1.0f32,
@@ -79,7 +115,7 @@ struct KeyValueGradients {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
+pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int, D: DqSink>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -91,6 +127,7 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
     slopes: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
+    dq_acc: &mut Tensor<D::Acc>,
     params: ScoreParams,
     opaque_one: f32,
     #[comptime] config: PortableGradientConfig,
@@ -152,6 +189,11 @@ pub fn flash_attention_backward_dkdv_kernel<F: Float, M: Int>(
             accumulate_query_block::<F, M>(
                 mask, bias, &params, &tensors, &mut tiles, &pair, &mut grads, config, false,
             );
+        }
+        // dS and K are still in the tiles: the next block's loads write Q, dO and the stats,
+        // and its dS comes after the sync that follows them.
+        if comptime!(config.atomic_dq) {
+            add_dq_share::<D>(dq_acc, &tiles, &pair, params.seq_q, params.seq_kv, config);
         }
     }
 
@@ -246,6 +288,39 @@ fn accumulate_query_block<F: Float, M: Int>(
         }
     }
     sync_cube();
+}
+
+/// The one-pass backward: adds this pair's `dS K` (`[block_q, head_dim]`, without the scale)
+/// to the dQ accumulator's rows `q_start..`, one f32 atomic add per element. dS is 0 wherever
+/// P is, so masked entries add nothing; rows past seq_q and keys past seq_kv are not visited.
+#[cube]
+fn add_dq_share<D: DqSink>(
+    dq_acc: &mut Tensor<D::Acc>,
+    tiles: &BlockPairTiles,
+    pair: &BlockPair,
+    seq_q: u32,
+    seq_kv: u32,
+    #[comptime] config: PortableGradientConfig,
+) {
+    let score_cols = config.score_tile_cols();
+    let k_cols = config.head_dim_tile();
+    // The block's rows before seq_q and keys before seq_kv: run-time trip counts.
+    let rows = min(config.block_q, seq_q - pair.q_start);
+    let keys = min(config.block_kv, seq_kv - pair.kv_start);
+    let total = rows * config.head_dim;
+    let base = pair.batch as usize * dq_acc.stride(0) + pair.head as usize * dq_acc.stride(1);
+    let mut e = UNIT_POS;
+    while e < total {
+        let (i, c) = (e / config.head_dim, e % config.head_dim);
+        let mut share = 0.0f32;
+        for j in 0..keys {
+            share += tiles.ds[(i * score_cols + j) as usize] * tiles.k[(j * k_cols + c) as usize];
+        }
+        let row = pair.q_start + i;
+        let at = base + row as usize * dq_acc.stride(2) + c as usize * dq_acc.stride(3);
+        D::add(dq_acc, at, share);
+        e += config.units;
+    }
 }
 
 /// Writes this unit's elements of a `[block_kv, dim]` gradient block, times `factor`.

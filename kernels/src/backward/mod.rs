@@ -7,8 +7,11 @@
 //! 2. [`dkdv`]: outer loop over key/value blocks, accumulates dK and dV;
 //! 3. [`dq`]: outer loop over query blocks, accumulates dQ.
 //!
-//! No atomics: each gradient element is written by one unit, and every sum runs in a fixed
-//! order, so reruns are bit-identical. Two paths per kernel: the register-level mma
+//! That is the default, [`DqAccumulation::Kernel`]: no atomics, each gradient element is
+//! written by one unit, and every sum runs in a fixed order, so reruns are bit-identical.
+//! [`DqAccumulation::Atomic`] (the one-pass backward, [`dq_sink`]; portable path, devices with
+//! f32 atomic add) replaces step 3: the dK/dV kernel adds each block pair's `dS K` to an f32
+//! accumulator with atomic adds, and a last kernel writes `dq` from it. Two paths per kernel: the register-level mma
 //! ([`mma`], CUDA f16/bf16) and the portable one (scalar f32 FMAs on shared-memory tiles, no
 //! cmma, no plane operations), which runs on every runtime; f32 accumulation for f16, bf16 and
 //! f32 inputs.
@@ -29,6 +32,7 @@ pub mod compensated;
 pub mod config;
 pub mod dkdv;
 pub mod dq;
+pub mod dq_sink;
 mod group_sum;
 pub mod mma;
 pub mod preprocess;
@@ -39,7 +43,7 @@ use crate::checks::{
     ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::error::FlashError;
-use crate::plan::{BackwardPlan, Layout};
+use crate::plan::{BackwardPlan, DqAccumulation, Layout};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 pub use config::{
@@ -243,6 +247,7 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     };
     let (dk_heads, dv_heads) = (per_head(&dk), per_head(&dv));
     let (dk_out, dv_out) = (dk_heads.clone(), dv_heads.clone());
+    let mut dq_acc = None;
     match plan.dkdv.config {
         GradientConfig::Mma(config) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
             client,
@@ -252,6 +257,12 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
             dv_out,
             config,
         ),
+        GradientConfig::Portable(config) if config.atomic_dq => {
+            let shape = [problem.batch, problem.num_heads, problem.seq_q, problem.head_dim];
+            let acc = dq_sink::zeroed_accumulator(client, shape);
+            dq_acc = Some(acc.clone());
+            dkdv::launch_dkdv_dq::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
+        }
         GradientConfig::Portable(config) => flash_attention_backward_dkdv::<R, F, M>(
             client,
             problem,
@@ -264,6 +275,12 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     if grouped {
         group_sum::launch_sum_head_groups::<R, F>(client, dk_heads, dk);
         group_sum::launch_sum_head_groups::<R, F>(client, dv_heads, dv);
+    }
+    if plan.dq_accumulation == DqAccumulation::Atomic {
+        // The dK/dV kernel has added every pair's dS K: dq = scale * that sum.
+        let acc = dq_acc.expect("allocated for the atomic plan");
+        dq_sink::launch_finish_dq::<R, F>(client, acc, dq, problem.scale as f32);
+        return;
     }
     match plan.dq.config {
         GradientConfig::Mma(config) => {

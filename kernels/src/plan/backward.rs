@@ -77,7 +77,45 @@ pub struct BackwardPlan {
     /// The dtype it was planned for.
     pub dtype: FloatKind,
     pub dkdv: GradientPlan,
+    /// The dQ kernel's plan; not launched with [`DqAccumulation::Atomic`].
     pub dq: GradientPlan,
+    /// How dQ is summed over the key/value blocks.
+    pub dq_accumulation: DqAccumulation,
+}
+
+/// How the backward sums dQ over the key/value blocks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum DqAccumulation {
+    /// Its own kernel (outer loop over query blocks, S and dP recomputed there), every sum in a
+    /// fixed order: reruns are bit-identical. The default.
+    #[default]
+    Kernel,
+    /// The one-pass backward ([`crate::backward::dq_sink`]): the dK/dV kernel adds each block
+    /// pair's share with f32 atomic adds, 5 products per pair instead of 7; dQ's last bits
+    /// vary from run to run. Portable path, devices with f32 atomic add.
+    Atomic,
+}
+
+impl DqAccumulation {
+    pub fn name(self) -> &'static str {
+        match self {
+            DqAccumulation::Kernel => "kernel",
+            DqAccumulation::Atomic => "atomic",
+        }
+    }
+}
+
+impl core::str::FromStr for DqAccumulation {
+    type Err = FlashError;
+
+    /// `kernel` or `atomic`.
+    fn from_str(text: &str) -> Result<Self, FlashError> {
+        match text {
+            "kernel" => Ok(DqAccumulation::Kernel),
+            "atomic" => Ok(DqAccumulation::Atomic),
+            other => Err(FlashError::InvalidTuning(format!("dq accumulation {other:?}: `kernel` or `atomic`"))),
+        }
+    }
 }
 
 impl BackwardPlan {
@@ -126,7 +164,10 @@ impl fmt::Display for GradientPlan {
 
 impl fmt::Display for BackwardPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}; {}", self.dkdv, self.dq)
+        match self.dq_accumulation {
+            DqAccumulation::Kernel => write!(f, "{}; {}", self.dkdv, self.dq),
+            DqAccumulation::Atomic => write!(f, "{}, dQ by f32 atomic adds (one pass)", self.dkdv),
+        }
     }
 }
 
@@ -140,11 +181,19 @@ pub fn backward(
     problem.validate()?;
     caps.check_types(problem)?;
     tuning.validate()?;
-    Ok(BackwardPlan {
-        dtype: problem.dtype,
-        dkdv: gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?,
-        dq: gradient(caps, problem, layout, tuning, BackwardKernel::Query)?,
-    })
+    let mut dkdv = gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?;
+    let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
+    // Atomic is taken where it can run: the portable dK/dV kernel (the mma one has no dQ share
+    // yet) on a device with f32 atomic add; elsewhere dQ keeps its kernel.
+    let mut dq_accumulation = DqAccumulation::Kernel;
+    if tuning.backward_dq == Some(DqAccumulation::Atomic)
+        && caps.has_atomic_f32_add()
+        && let GradientConfig::Portable(config) = &mut dkdv.config
+    {
+        config.atomic_dq = true;
+        dq_accumulation = DqAccumulation::Atomic;
+    }
+    Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq, dq_accumulation })
 }
 
 /// One gradient kernel: the mma path where the device, dims and layout allow it and its
@@ -239,6 +288,7 @@ fn portable_config(
                 val_dim: problem.val_dim as u32,
                 units,
                 score: problem.score_options(),
+                atomic_dq: false,
             };
             if caps.fits(config.shared_memory_bytes(), config.units) && config.accumulators_per_unit() <= MAX_ACCUMULATORS_PER_UNIT {
                 return Ok(config);

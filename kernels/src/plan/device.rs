@@ -4,7 +4,7 @@
 //! LDS, wave64, cmma only with `hip-rocwmma` and only f16), H100/H200 (227 KiB, cmma and the
 //! register-level mma for f16/bf16, plane size 32).
 
-use cubecl::ir::features::MmaConfig;
+use cubecl::ir::features::{AtomicUsage, MmaConfig};
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, HardwareProperties, StorageType};
 use cubecl::prelude::*;
 
@@ -68,6 +68,14 @@ impl<'a> DeviceCaps<'a> {
     /// Whether `cp.async` copies into shared memory exist (the mma paths' streams).
     pub fn copy_async(&self) -> bool {
         self.props.features.copy_async
+    }
+
+    /// Whether the device adds to f32 in global memory atomically (the one-pass backward's dQ,
+    /// [`crate::plan::DqAccumulation::Atomic`]): CUDA and HIP do; WGPU where the adapter has
+    /// `SHADER_FLOAT32_ATOMIC` (lavapipe does).
+    pub fn has_atomic_f32_add(&self) -> bool {
+        let atomic_f32 = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
+        self.props.atomic_type_usage(atomic_f32).contains(AtomicUsage::Add)
     }
 
     /// Whether the device computes in f64 (the portable forward's f32 q·k then sums in f64).

@@ -29,7 +29,7 @@ pub mod device;
 pub mod forward;
 pub mod mma_blocks;
 
-pub use backward::{BackwardPlan, GradientChoice, GradientPlan};
+pub use backward::{BackwardPlan, DqAccumulation, GradientChoice, GradientPlan};
 pub use device::{DeviceCaps, elem_type, mask_elem_type};
 pub use forward::{BlockChoice, ForwardChoice, ForwardPlan};
 pub use mma_blocks::MmaBlocks;
@@ -87,6 +87,10 @@ pub struct Tuning {
     pub forward_mma: Option<MmaBlocks>,
     /// The mma backward's blocks instead of the measured ones (16-row planes only).
     pub backward_mma: Option<MmaBlocks>,
+    /// How the backward sums dQ (default [`DqAccumulation::Kernel`]). `Atomic` is a preference:
+    /// taken where the problem's dK/dV is on the portable path and the device has f32 atomic
+    /// add, `Kernel` elsewhere ([`BackwardPlan::dq_accumulation`] says which).
+    pub backward_dq: Option<DqAccumulation>,
 }
 
 impl Tuning {
@@ -102,6 +106,11 @@ impl Tuning {
 
     pub fn with_backward_mma(mut self, blocks: Option<MmaBlocks>) -> Self {
         self.backward_mma = blocks;
+        self
+    }
+
+    pub fn with_backward_dq(mut self, accumulation: Option<DqAccumulation>) -> Self {
+        self.backward_dq = accumulation;
         self
     }
 

@@ -1,5 +1,7 @@
-//! Reruns bit-identical (no atomics, fixed summation orders), and typed errors.
+//! Reruns bit-identical with dQ by its own kernel (no atomics, fixed summation orders), and
+//! typed errors.
 use crate::support::*;
+use burn_flash_attn_kernels::plan::DqAccumulation;
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F32};
 
 /// Reruns of the determinism test.
@@ -38,7 +40,9 @@ fn assert_reruns_bit_identical(case: &Case) {
     let mut first: Option<[Vec<u8>; 3]> = None;
     for run in 0..RERUNS {
         let device = DeviceCase::upload(&client, case, &data, &o, &lse);
-        crate::support::planning::launch_backward(&client, &case.problem(), device.tensors()).unwrap();
+        // The deterministic dQ whatever BURN_FLASH_DQ says: its reruns are what is checked.
+        let tuning = crate::support::planning::tuning().with_backward_dq(Some(DqAccumulation::Kernel));
+        crate::support::planning::launch_backward_with(&client, &case.problem(), device.tensors(), &tuning).unwrap();
         let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
         match &first {
             None => first = Some(bytes),

@@ -9,7 +9,9 @@
 //! - [`sweeps`]: end to end over lengths, tails, head dims, options, layouts, batch and heads;
 //! - [`half`]: f16 / bf16, the mma path's shapes where the device has it;
 //! - [`features`]: grouped-query attention, sliding windows, ALiBi, forward and backward;
-//! - [`determinism`]: reruns bit-identical, and typed errors.
+//! - [`one_pass`]: the one-pass backward (dQ by f32 atomic adds in the dK/dV kernel) and the
+//!   two-kernel one on the same cases (`BURN_FLASH_DQ=atomic` runs every case on the one pass);
+//! - [`determinism`]: reruns bit-identical (dQ by its kernel), and typed errors.
 //!
 //! `cargo test -p burn-flash-attn-kernels --test backward`
 #[path = "../support/mod.rs"]
@@ -19,5 +21,6 @@ mod determinism;
 mod features;
 mod half;
 mod kernels;
+mod one_pass;
 mod shapes;
 mod sweeps;

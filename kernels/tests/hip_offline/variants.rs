@@ -8,7 +8,8 @@
 use crate::support::planning;
 use std::collections::BTreeMap;
 
-use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig};
+use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, PortableGradientConfig};
+use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
 use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
 use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
 use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
@@ -81,6 +82,7 @@ impl Variant {
                     BackwardKernel::Query => "dq",
                 },
                 match c {
+                    GradientConfig::Portable(p) if p.atomic_dq => "-atomicdq",
                     GradientConfig::Portable(_) => "",
                     GradientConfig::Mma(_) => "-mma",
                 },
@@ -140,6 +142,15 @@ pub fn routed_variants(
             let plan = planning::gradient_plan_for(caps, problem, kernel)
                 .unwrap_or_else(|e| panic!("{problem:?} backward refused on gfx942: {e}"));
             add(KernelConfig::Backward(plan.config), plan.to_string());
+            // The one-pass backward's dK/dV kernel (dQ by f32 atomic adds, which HIP has) on
+            // the same blocks.
+            if let GradientConfig::Portable(config) = plan.config
+                && config.kernel == BackwardKernel::KeyValue
+                && caps.has_atomic_f32_add()
+            {
+                let one_pass = GradientConfig::Portable(PortableGradientConfig { atomic_dq: true, ..config });
+                add(KernelConfig::Backward(one_pass), format!("{plan}, dQ by f32 atomic adds (one pass)"));
+            }
         }
         let preprocess = Variant {
             kernel: KernelConfig::Preprocess,
@@ -254,25 +265,38 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             Err("the mma backward path has no HIP generator here".to_string())
         }
         KernelConfig::Backward(GradientConfig::Portable(config)) if config.kernel == BackwardKernel::KeyValue => {
-            let kernel = FlashAttentionBackwardDkdvKernel::<F, K, R<M>>::new(
-                settings(),
-                client,
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                score_params(),
-                (),
-                config,
-            );
-            R::<M>::hip_source(kernel, GFX942)
+            // Which accumulator the kernel binds is a type (`DqSink`): one variant each.
+            fn dkdv<F: Float, K: Int, D: DqSink, M: MatrixCores>(
+                settings: KernelSettings,
+                client: ComputeClient<OfflineHip<M>>,
+                config: PortableGradientConfig,
+            ) -> Result<HipSource, String> {
+                let kernel = FlashAttentionBackwardDkdvKernel::<F, K, D, OfflineHip<M>>::new(
+                    settings,
+                    client,
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    tensor(),
+                    score_params(),
+                    (),
+                    config,
+                );
+                OfflineHip::<M>::hip_source(kernel, GFX942)
+            }
+            if config.atomic_dq {
+                dkdv::<F, K, AtomicDq, M>(settings(), client, config)
+            } else {
+                dkdv::<F, K, NoDq, M>(settings(), client, config)
+            }
         }
         KernelConfig::Backward(GradientConfig::Portable(config)) => {
             let kernel = FlashAttentionBackwardDqKernel::<F, K, R<M>>::new(

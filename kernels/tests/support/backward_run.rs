@@ -10,7 +10,8 @@ use super::case::*;
 use super::compare::{check_gradient, precision, run_all};
 use super::device::{DeviceTensor, Elem, Layout, read, upload};
 use super::inputs::{random_mask, seed, uniform_values};
-use super::planning::launch_backward;
+use super::planning::{launch_backward_with, tuning};
+use burn_flash_attn_kernels::plan::{BackwardPlan, Tuning};
 use super::runtime::{Client, TestRuntime, client};
 
 /// Host data of one case, every value already rounded to its storage type.
@@ -207,9 +208,15 @@ pub fn blind_rows(case: &Case, data: &HostData) -> Vec<usize> {
 
 /// Runs the whole backward on `case` and compares dQ, dK, dV with the oracle.
 pub fn run_case(case: &Case) -> Result<(), String> {
+    run_case_with(case, &tuning()).map(|_| ())
+}
+
+/// [`run_case`] planned with `tuning`; the plan it ran (`None`: the device cannot hold the
+/// case's types).
+pub fn run_case_with(case: &Case, tuning: &Tuning) -> Result<Option<BackwardPlan>, String> {
     let client = client();
     if !supported(&client, case) {
-        return Ok(());
+        return Ok(None);
     }
     let seed = case.seed();
     let data = HostData::draw(case, seed);
@@ -217,7 +224,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
     let problem = case.problem();
     let start = std::time::Instant::now();
-    let launch = launch_backward(&client, &problem, device.tensors())
+    let launch = launch_backward_with(&client, &problem, device.tensors(), tuning)
         .map_err(|e| format!("{}: {e}", case.label()))?;
     let dq = read(&client, &device.dq);
     let dk = read(&client, &device.dk);
@@ -226,9 +233,10 @@ pub fn run_case(case: &Case) -> Result<(), String> {
     let oracle = reference::backward(&problem, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&problem, &data.inputs(), &data.d_out, precision(case.dtype));
     println!(
-        "case {} seed {seed} ({:?} path): kernels {:.2?} (compile included), oracles {:.2?}",
+        "case {} seed {seed} ({:?} path, dQ by {}): kernels {:.2?} (compile included), oracles {:.2?}",
         case.name(),
         launch.dkdv.config.path(),
+        launch.dq_accumulation.name(),
         kernels,
         start.elapsed() - kernels
     );
@@ -248,7 +256,7 @@ pub fn run_case(case: &Case) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(Some(launch))
 }
 
 /// Runs every case, reports all failures at once.

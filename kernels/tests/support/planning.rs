@@ -23,11 +23,18 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
     }
 }
 
-/// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`.
+/// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`, and
+/// the backward's dQ accumulation of `BURN_FLASH_DQ` (`kernel` or `atomic`: the suites run on
+/// the one-pass backward wherever it can run with `atomic`).
 pub fn tuning() -> Tuning {
+    let dq = std::env::var("BURN_FLASH_DQ").ok().map(|value| match value.parse() {
+        Ok(accumulation) => accumulation,
+        Err(error) => panic!("BURN_FLASH_DQ: {error}"),
+    });
     Tuning::default()
         .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
         .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
+        .with_backward_dq(dq)
 }
 
 /// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.
@@ -94,8 +101,18 @@ pub fn launch_backward<R: cubecl::Runtime>(
     problem: &AttentionProblem,
     tensors: burn_flash_attn_kernels::backward::BackwardTensors<R>,
 ) -> Result<BackwardPlan, FlashError> {
+    launch_backward_with(client, problem, tensors, &tuning())
+}
+
+/// [`launch_backward`] with `tuning` instead of the run's.
+pub fn launch_backward_with<R: cubecl::Runtime>(
+    client: &cubecl::prelude::ComputeClient<R>,
+    problem: &AttentionProblem,
+    tensors: burn_flash_attn_kernels::backward::BackwardTensors<R>,
+    tuning: &Tuning,
+) -> Result<BackwardPlan, FlashError> {
     let layout = tensors.layout(problem.dtype);
-    let plan = plan::backward::backward(&DeviceCaps::of(client), problem, layout, &tuning())?;
+    let plan = plan::backward::backward(&DeviceCaps::of(client), problem, layout, tuning)?;
     burn_flash_attn_kernels::backward::flash_attention_backward(client, problem, &plan, tensors)?;
     Ok(plan)
 }
