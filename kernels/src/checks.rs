@@ -121,22 +121,25 @@ pub(crate) fn optional_args<R: Runtime>(
     slopes: Option<TensorBinding<R>>,
     q: &TensorBinding<R>,
 ) -> OptionalArgs<R> {
-    let stand_in = |bytes: &[u8], rank: usize| {
-        let handle = client.create_from_slice(bytes);
-        // SAFETY: a 1-element tensor with 1 element of storage.
-        unsafe { TensorArg::from_raw_parts(handle, vec![0; rank].into(), vec![1; rank].into()) }
-    };
     OptionalArgs {
         mask: mask.map_or_else(
-            || stand_in(u32::as_bytes(&[0u32]), 4),
+            || stand_in(client, u32::as_bytes(&[0u32]), 4),
             TensorBinding::into_tensor_arg,
         ),
         bias: bias.unwrap_or_else(|| q.clone()).into_tensor_arg(),
         slopes: slopes.map_or_else(
-            || stand_in(f32::as_bytes(&[0.0f32]), 1),
+            || stand_in(client, f32::as_bytes(&[0.0f32]), 1),
             TensorBinding::into_tensor_arg,
         ),
     }
+}
+
+/// A 1-element tensor of rank `rank` holding `bytes`: what a kernel binds for an argument the
+/// launch does not have (its comptime config never reads it).
+pub(crate) fn stand_in<R: Runtime>(client: &ComputeClient<R>, bytes: &[u8], rank: usize) -> TensorArg<R> {
+    let handle = client.create_from_slice(bytes);
+    // SAFETY: a 1-element tensor with 1 element of storage.
+    unsafe { TensorArg::from_raw_parts(handle, vec![0; rank].into(), vec![1; rank].into()) }
 }
 
 /// Checks that a kernel configuration was planned for this problem: the dtype it was planned

@@ -211,13 +211,20 @@ fn backward_reaches_the_kernels_and_meets_the_rule() {
     if skip_without_device("backward_reaches_the_kernels_and_meets_the_rule") {
         return;
     }
+    check_backward_cases("", |name, _| assert_kernel_route(name));
+}
+
+/// Each case's gradients through `Flash<Autodiff<..>>` against the oracle with the rule, the
+/// Burn-ops path under `Autodiff` as the plain implementation; `inspect` sees the case's name
+/// and its route right after the kernels' call.
+fn check_backward_cases(label: &str, inspect: impl Fn(&str, &Route)) {
     for case in CASES {
         let flash = gradients::<FlashTrain>(&case);
-        assert_kernel_route(case.name);
+        inspect(case.name, &last_route().expect("attention was routed"));
         let plain = gradients::<Train>(&case);
         let (_, want) = case.reference(&host_data(43).map(to_f64));
         for (i, what) in ["dq", "dk", "dv"].iter().enumerate() {
-            let name = format!("{} {what}", case.name);
+            let name = format!("{} {what}{label}", case.name);
             check(&name, &flash[i], &plain[i], &want[i], GRADIENT_FACTOR, Precision::F32).unwrap();
         }
     }
@@ -241,21 +248,13 @@ fn backward_one_pass_reaches_the_kernels_and_meets_the_rule() {
     }
     let _restore = Restore;
     burn_flash_attn::set_tuning(Tuning::default().with_backward_dq(Some(DqAccumulation::Atomic)));
-    for case in CASES {
-        let flash = gradients::<FlashTrain>(&case);
-        let route = last_route().expect("attention was routed");
-        let Route::Kernel { plan, .. } = &route else { panic!("{}: {route}", case.name) };
+    check_backward_cases(" (one pass)", |name, route| {
+        let Route::Kernel { plan, .. } = route else { panic!("{name}: {route}") };
         let backward = plan.backward.as_ref().expect("training plans the backward");
         let one_pass = backward.dkdv.config.path() == BackwardPath::Portable;
-        println!("{}: {backward}", case.name);
-        assert_eq!(backward.dq_accumulation == DqAccumulation::Atomic, one_pass && atomic_f32_add(), "{}: {backward}", case.name);
-        let plain = gradients::<Train>(&case);
-        let (_, want) = case.reference(&host_data(43).map(to_f64));
-        for (i, what) in ["dq", "dk", "dv"].iter().enumerate() {
-            let name = format!("{} {what} (one pass)", case.name);
-            check(&name, &flash[i], &plain[i], &want[i], GRADIENT_FACTOR, Precision::F32).unwrap();
-        }
-    }
+        println!("{name}: {backward}");
+        assert_eq!(backward.dq_accumulation() == DqAccumulation::Atomic, one_pass && atomic_f32_add(), "{name}: {backward}");
+    });
 }
 
 /// Whether the test device adds to f32 atomically.

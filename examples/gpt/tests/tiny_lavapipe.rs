@@ -80,13 +80,7 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     let max = gap.max_abs;
     assert!(max <= LOSS_TOLERANCE, "flash and fallback losses differ by {max:.3e}");
 
-    let written = read_csv(&dir.path().join("fallback.csv")).expect("read back");
-    assert_eq!(losses(&written).len(), STEPS);
-    for (read, run) in written.iter().zip(&fallback) {
-        assert_eq!(read.step, run.step);
-        let (read, run) = (read.loss, run.loss);
-        assert!((read - run).abs() <= CSV_LOSS_PRECISION, "CSV loss {read} vs {run}");
-    }
+    assert_csv_holds(&dir.path().join("fallback.csv"), &fallback);
 
     // The same two runs through burn-train's Learner (training on the first 95 % of the text,
     // validation on the rest): one row per step, falling losses, the same agreement, and the
@@ -118,12 +112,7 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     let gap = loss_gap(&fallback, &flash, STEPS).expect("common steps");
     assert!(gap.max_abs <= LOSS_TOLERANCE, "Learner: losses differ by {:.3e}", gap.max_abs);
     assert!(dir.path().join("flash/checkpoint").is_dir(), "the Learner wrote its checkpoint");
-    let written = read_csv(&dir.path().join("learner-flash.csv")).expect("the Learner's CSV");
-    assert_eq!(written.len(), STEPS, "the Learner wrote one CSV row per step");
-    for (read, run) in written.iter().zip(&flash) {
-        assert_eq!(read.step, run.step);
-        assert!((read.loss - run.loss).abs() <= CSV_LOSS_PRECISION, "Learner CSV loss {} vs {}", read.loss, run.loss);
-    }
+    assert_csv_holds(&dir.path().join("learner-flash.csv"), &flash);
 
     // burn-train's multi-device strategy on one device (what `--devices N` runs on N GPUs, here
     // with N = 1): the same steps, the same losses as the single-device strategy.
@@ -135,6 +124,17 @@ fn tiny_trains_with_and_without_flash_and_the_losses_agree() {
     assert_eq!(flash_multi.len(), STEPS, "multi-device: one row per step");
     let gap = loss_gap(&flash, &flash_multi, STEPS).expect("common steps");
     assert!(gap.max_abs <= LOSS_TOLERANCE, "multi-device vs single-device: losses differ by {:.3e}", gap.max_abs);
+}
+
+/// The CSV at `path` has one row per step of `run`, with its step numbers and losses.
+fn assert_csv_holds(path: &std::path::Path, run: &[StepRecord]) {
+    let written = read_csv(path).expect("the run's CSV");
+    assert_eq!(written.len(), STEPS, "{}: one row per step", path.display());
+    for (read, run) in written.iter().zip(run) {
+        assert_eq!(read.step, run.step);
+        let (read, run) = (read.loss, run.loss);
+        assert!((read - run).abs() <= CSV_LOSS_PRECISION, "{}: CSV loss {read} vs {run}", path.display());
+    }
 }
 
 #[test]

@@ -19,7 +19,8 @@ use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
-use super::dq_sink::{AtomicDq, DqSink, NoDq, stand_in};
+use super::dq_sink::{AtomicDq, DqSink, NoDq};
+use crate::checks::stand_in;
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
 };
@@ -43,7 +44,8 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
     config: PortableGradientConfig,
 ) {
     debug_assert!(!config.atomic_dq, "the one-pass config takes launch_dkdv_dq");
-    let dq_acc = stand_in(client);
+    // No accumulator: `NoDq` binds an f32 it never touches.
+    let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
     launch::<R, F, M, NoDq>(client, problem, inputs, dk, dv, dq_acc, config)
 }
 
@@ -59,7 +61,7 @@ pub(crate) fn launch_dkdv_dq<R: Runtime, F: Float, M: Int>(
     config: PortableGradientConfig,
 ) {
     debug_assert!(config.atomic_dq, "a two-kernel config takes flash_attention_backward_dkdv");
-    launch::<R, F, M, AtomicDq>(client, problem, inputs, dk, dv, dq_acc, config)
+    launch::<R, F, M, AtomicDq>(client, problem, inputs, dk, dv, dq_acc.into_tensor_arg(), config)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -69,7 +71,7 @@ fn launch<R: Runtime, F: Float, M: Int, D: DqSink>(
     inputs: GradientInputs<R>,
     dk: TensorBinding<R>,
     dv: TensorBinding<R>,
-    dq_acc: TensorBinding<R>,
+    dq_acc: TensorArg<R>,
     config: PortableGradientConfig,
 ) {
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
@@ -95,7 +97,7 @@ fn launch<R: Runtime, F: Float, M: Int, D: DqSink>(
             args.slopes,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
-            dq_acc.into_tensor_arg(),
+            dq_acc,
             score_params(problem),
             // `opaque_one`: see `CompensatedSums`.
             1.0f32,

@@ -12,10 +12,8 @@
 //! WGPU device without `SHADER_FLOAT32_ATOMIC` would refuse).
 use cubecl::prelude::*;
 
-/// Threads per cube of the fill and finish kernels.
-const UNITS: u32 = 256;
-/// Cubes along x of the fill and finish kernels (y takes the rest: more than 65535 cubes).
-const CUBES_X: u32 = 1024;
+use super::contiguous_scratch;
+use super::elementwise::{UNITS, cube_count, element_index, offset, split_index};
 
 /// Where the dK/dV kernel's per-pair dQ shares go.
 #[cube]
@@ -29,7 +27,7 @@ pub trait DqSink: Send + Sync + 'static {
 /// The one-pass backward: f32 atomic adds into the accumulator.
 pub struct AtomicDq;
 
-/// The two-kernel backward: no accumulator (a 1-element stand-in is bound), nothing added.
+/// The two-kernel backward: no accumulator (a 1-element f32 stand-in is bound), nothing added.
 pub struct NoDq;
 
 #[cube]
@@ -46,31 +44,15 @@ impl DqSink for NoDq {
     fn add(_acc: &mut Tensor<f32>, _index: usize, _value: f32) {}
 }
 
-/// Cubes covering `total` elements, one unit each.
-fn cube_count(total: usize) -> CubeCount {
-    let cubes = total.div_ceil(UNITS as usize) as u32;
-    CubeCount::Static(cubes.min(CUBES_X), cubes.div_ceil(CUBES_X), 1)
-}
-
 /// A contiguous f32 `shape` tensor of zeros: the accumulator of one backward launch.
 pub(crate) fn zeroed_accumulator<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 4]) -> TensorBinding<R> {
     let total: usize = shape.iter().product();
-    let strides = [shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1];
-    // SAFETY: a contiguous buffer of exactly `total` f32.
-    let acc = unsafe {
-        TensorBinding::<R>::from_raw_parts(client.empty(total * size_of::<f32>()), strides.into(), shape.into())
-    };
+    let acc = contiguous_scratch(client, &shape, size_of::<f32>());
     // SAFETY: every write is bounds-checked against the tensor's length.
     unsafe {
         fill_zero::launch_unchecked::<R>(client, cube_count(total), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
     }
     acc
-}
-
-/// The accumulator the two-kernel dK/dV kernel binds and never touches.
-pub(crate) fn stand_in<R: Runtime>(client: &ComputeClient<R>) -> TensorBinding<R> {
-    // SAFETY: one f32, never read or written.
-    unsafe { TensorBinding::<R>::from_raw_parts(client.empty(size_of::<f32>()), [1, 1, 1, 1].into(), [1, 1, 1, 1].into()) }
 }
 
 /// `dq = F(scale * acc)` for every element (`dq` of any strides, `acc` contiguous, same shape).
@@ -95,13 +77,6 @@ pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     }
 }
 
-/// This unit's element of the fill and finish kernels.
-#[cube]
-fn element_index() -> usize {
-    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
-    cube * UNITS as usize + UNIT_POS as usize
-}
-
 #[cube(launch_unchecked)]
 fn fill_zero(acc: &mut Tensor<f32>) {
     let index = element_index();
@@ -114,12 +89,7 @@ fn fill_zero(acc: &mut Tensor<f32>) {
 fn finish_dq<F: Float>(acc: &Tensor<f32>, dq: &mut Tensor<F>, scale: f32) {
     let index = element_index();
     if index < acc.len() {
-        let (heads, seq, dim) = (dq.shape(1), dq.shape(2), dq.shape(3));
-        let d = index % dim;
-        let s = (index / dim) % seq;
-        let h = (index / (dim * seq)) % heads;
-        let b = index / (dim * seq * heads);
-        dq[b * dq.stride(0) + h * dq.stride(1) + s * dq.stride(2) + d * dq.stride(3)] =
-            F::cast_from(acc[index] * scale);
+        let (b, h, s, d) = split_index(index, dq);
+        dq[offset(dq, b, h, s, d)] = F::cast_from(acc[index] * scale);
     }
 }

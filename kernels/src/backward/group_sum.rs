@@ -5,8 +5,8 @@
 //! GQA backward). The scratch costs `num_heads * seq_kv * dim` elements: O(N).
 use cubecl::prelude::*;
 
-/// Threads per cube of the sum.
-const UNITS: u32 = 256;
+use super::contiguous_scratch;
+use super::elementwise::{UNITS, cube_count, element_index, offset, split_index};
 
 /// Allocates the per-query-head scratch for a `[batch, num_kv_heads, seq_kv, dim]` gradient
 /// `like`: contiguous `[batch, num_heads, seq_kv, dim]`, elements of `elem_size` bytes.
@@ -17,16 +17,7 @@ pub(crate) fn expanded_gradient<R: Runtime>(
     elem_size: usize,
 ) -> TensorBinding<R> {
     let [batch, _, seq, dim]: [usize; 4] = like.shape.as_ref().try_into().expect("rank 4, checked");
-    let shape = [batch, num_heads, seq, dim];
-    let strides = [num_heads * seq * dim, seq * dim, dim, 1];
-    // SAFETY: a contiguous buffer of exactly the shape's element count.
-    unsafe {
-        TensorBinding::<R>::from_raw_parts(
-            client.empty(shape.iter().product::<usize>() * elem_size),
-            strides.into(),
-            shape.into(),
-        )
-    }
+    contiguous_scratch(client, &[batch, num_heads, seq, dim], elem_size)
 }
 
 /// `out[b, g, s, d] = sum over h in group g of expanded[b, h, s, d]`.
@@ -36,13 +27,12 @@ pub(crate) fn launch_sum_head_groups<R: Runtime, F: Float>(
     out: TensorBinding<R>,
 ) {
     let total: usize = out.shape.iter().product();
-    let cubes = total.div_ceil(UNITS as usize) as u32;
     // SAFETY: `out` has the shape of `expanded` with num_heads divided by the group (checked by
     // the backward launcher); every access is bounds-checked against `total`.
     unsafe {
         sum_head_groups::launch_unchecked::<F, R>(
             client,
-            CubeCount::Static(cubes, 1, 1),
+            cube_count(total),
             CubeDim::new_1d(UNITS),
             expanded.into_tensor_arg(),
             out.into_tensor_arg(),
@@ -52,23 +42,14 @@ pub(crate) fn launch_sum_head_groups<R: Runtime, F: Float>(
 
 #[cube(launch_unchecked)]
 fn sum_head_groups<F: Float>(expanded: &Tensor<F>, out: &mut Tensor<F>) {
-    let index = (CUBE_POS_X * UNITS + UNIT_POS) as usize;
-    let (heads, seq, dim) = (out.shape(1), out.shape(2), out.shape(3));
-    if index < heads * seq * dim * out.shape(0) {
-        let d = index % dim;
-        let s = (index / dim) % seq;
-        let g = (index / (dim * seq)) % heads;
-        let b = index / (dim * seq * heads);
-        let group = expanded.shape(1) / heads;
+    let index = element_index();
+    if index < out.shape(0) * out.shape(1) * out.shape(2) * out.shape(3) {
+        let (b, g, s, d) = split_index(index, out);
+        let group = expanded.shape(1) / out.shape(1);
         let mut sum = 0.0f32;
         for h in g * group..(g + 1) * group {
-            let at = b * expanded.stride(0)
-                + h * expanded.stride(1)
-                + s * expanded.stride(2)
-                + d * expanded.stride(3);
-            sum += f32::cast_from(expanded[at]);
+            sum += f32::cast_from(expanded[offset(expanded, b, h, s, d)]);
         }
-        out[b * out.stride(0) + g * out.stride(1) + s * out.stride(2) + d * out.stride(3)] =
-            F::cast_from(sum);
+        out[offset(out, b, g, s, d)] = F::cast_from(sum);
     }
 }

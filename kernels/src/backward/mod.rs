@@ -7,9 +7,9 @@
 //! 2. [`dkdv`]: outer loop over key/value blocks, accumulates dK and dV;
 //! 3. [`dq`]: outer loop over query blocks, accumulates dQ.
 //!
-//! That is the default, [`DqAccumulation::Kernel`]: no atomics, each gradient element is
+//! That is the default, [`DqAccumulation::Kernel`](crate::plan::DqAccumulation::Kernel): no atomics, each gradient element is
 //! written by one unit, and every sum runs in a fixed order, so reruns are bit-identical.
-//! [`DqAccumulation::Atomic`] (the one-pass backward, [`dq_sink`]; portable path, devices with
+//! [`DqAccumulation::Atomic`](crate::plan::DqAccumulation::Atomic) (the one-pass backward, [`dq_sink`]; portable path, devices with
 //! f32 atomic add) replaces step 3: the dK/dV kernel adds each block pair's `dS K` to an f32
 //! accumulator with atomic adds, and a last kernel writes `dq` from it. Two paths per kernel: the register-level mma
 //! ([`mma`], CUDA f16/bf16) and the portable one (scalar f32 FMAs on shared-memory tiles, no
@@ -33,6 +33,7 @@ pub mod config;
 pub mod dkdv;
 pub mod dq;
 pub mod dq_sink;
+mod elementwise;
 mod group_sum;
 pub mod mma;
 pub mod preprocess;
@@ -43,7 +44,7 @@ use crate::checks::{
     ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::error::FlashError;
-use crate::plan::{BackwardPlan, DqAccumulation, Layout};
+use crate::plan::{BackwardPlan, Layout};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 pub use config::{
@@ -123,17 +124,7 @@ pub fn flash_attention_backward<R: Runtime>(
             layout,
         )?;
     }
-    let rows = problem.heads_total() * problem.seq_q;
-    let delta_shape = [problem.batch, problem.num_heads, problem.seq_q];
-    let delta_strides = [problem.num_heads * problem.seq_q, problem.seq_q, 1];
-    // SAFETY: a contiguous f32 buffer of exactly `rows` elements.
-    let delta = unsafe {
-        TensorBinding::<R>::from_raw_parts(
-            client.empty(rows * size_of::<f32>()),
-            delta_strides.into(),
-            delta_shape.into(),
-        )
-    };
+    let delta = contiguous_scratch(client, &[problem.batch, problem.num_heads, problem.seq_q], size_of::<f32>());
     let inputs = GradientInputs {
         q: tensors.q,
         k: tensors.k,
@@ -247,6 +238,7 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     };
     let (dk_heads, dv_heads) = (per_head(&dk), per_head(&dv));
     let (dk_out, dv_out) = (dk_heads.clone(), dv_heads.clone());
+    // The one-pass config's dK/dV kernel adds dQ into `dq_acc`.
     let mut dq_acc = None;
     match plan.dkdv.config {
         GradientConfig::Mma(config) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
@@ -276,9 +268,8 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
         group_sum::launch_sum_head_groups::<R, F>(client, dk_heads, dk);
         group_sum::launch_sum_head_groups::<R, F>(client, dv_heads, dv);
     }
-    if plan.dq_accumulation == DqAccumulation::Atomic {
+    if let Some(acc) = dq_acc {
         // The dK/dV kernel has added every pair's dS K: dq = scale * that sum.
-        let acc = dq_acc.expect("allocated for the atomic plan");
         dq_sink::launch_finish_dq::<R, F>(client, acc, dq, problem.scale as f32);
         return;
     }
@@ -289,6 +280,26 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
         GradientConfig::Portable(config) => {
             flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, config)
         }
+    }
+}
+
+/// A contiguous, uninitialized scratch tensor of `shape`, elements of `elem_size` bytes.
+pub(crate) fn contiguous_scratch<R: Runtime>(
+    client: &ComputeClient<R>,
+    shape: &[usize],
+    elem_size: usize,
+) -> TensorBinding<R> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    // SAFETY: a contiguous buffer of exactly the shape's element count.
+    unsafe {
+        TensorBinding::<R>::from_raw_parts(
+            client.empty(shape.iter().product::<usize>() * elem_size),
+            strides.into(),
+            shape.into(),
+        )
     }
 }
 

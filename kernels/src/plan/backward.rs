@@ -77,10 +77,9 @@ pub struct BackwardPlan {
     /// The dtype it was planned for.
     pub dtype: FloatKind,
     pub dkdv: GradientPlan,
-    /// The dQ kernel's plan; not launched with [`DqAccumulation::Atomic`].
+    /// The dQ kernel's plan; not launched when the dK/dV kernel adds dQ itself
+    /// ([`BackwardPlan::dq_accumulation`]).
     pub dq: GradientPlan,
-    /// How dQ is summed over the key/value blocks.
-    pub dq_accumulation: DqAccumulation,
 }
 
 /// How the backward sums dQ over the key/value blocks.
@@ -119,6 +118,15 @@ impl core::str::FromStr for DqAccumulation {
 }
 
 impl BackwardPlan {
+    /// How dQ is summed over the key/value blocks: by the dK/dV kernel's atomic adds where its
+    /// config says so ([`PortableGradientConfig::atomic_dq`]), otherwise by its own kernel.
+    pub fn dq_accumulation(&self) -> DqAccumulation {
+        match self.dkdv.config {
+            GradientConfig::Portable(config) if config.atomic_dq => DqAccumulation::Atomic,
+            _ => DqAccumulation::Kernel,
+        }
+    }
+
     /// Whether the gradient kernels load q, k, v and d_out rows in 16-byte chunks.
     pub fn needs_chunked_rows(&self) -> bool {
         self.dkdv.config.path() == BackwardPath::Mma || self.dq.config.path() == BackwardPath::Mma
@@ -164,7 +172,7 @@ impl fmt::Display for GradientPlan {
 
 impl fmt::Display for BackwardPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.dq_accumulation {
+        match self.dq_accumulation() {
             DqAccumulation::Kernel => write!(f, "{}; {}", self.dkdv, self.dq),
             DqAccumulation::Atomic => write!(f, "{}, dQ by f32 atomic adds (one pass)", self.dkdv),
         }
@@ -185,15 +193,13 @@ pub fn backward(
     let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
     // Atomic is taken where it can run: the portable dK/dV kernel (the mma one has no dQ share
     // yet) on a device with f32 atomic add; elsewhere dQ keeps its kernel.
-    let mut dq_accumulation = DqAccumulation::Kernel;
     if tuning.backward_dq == Some(DqAccumulation::Atomic)
         && caps.has_atomic_f32_add()
         && let GradientConfig::Portable(config) = &mut dkdv.config
     {
         config.atomic_dq = true;
-        dq_accumulation = DqAccumulation::Atomic;
     }
-    Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq, dq_accumulation })
+    Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq })
 }
 
 /// One gradient kernel: the mma path where the device, dims and layout allow it and its

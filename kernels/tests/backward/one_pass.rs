@@ -46,11 +46,11 @@ fn run_planned(accumulation: DqAccumulation) {
         let Some(plan) = run_case_with(case, &tuning)? else { return Ok(()) };
         let portable = plan.dkdv.config.path() == BackwardPath::Portable;
         let expected = if accumulation == Atomic && portable && has_atomic_f32_add() { Atomic } else { Kernel };
-        println!("{}: dQ by {}", case.label(), plan.dq_accumulation.name());
-        if plan.dq_accumulation == expected {
+        println!("{}: dQ by {}", case.label(), plan.dq_accumulation().name());
+        if plan.dq_accumulation() == expected {
             Ok(())
         } else {
-            Err(format!("{}: planned dQ by {}, expected {}", case.label(), plan.dq_accumulation.name(), expected.name()))
+            Err(format!("{}: planned dQ by {}, expected {}", case.label(), plan.dq_accumulation().name(), expected.name()))
         }
     });
 }

@@ -236,7 +236,7 @@ pub fn run_case_with(case: &Case, tuning: &Tuning) -> Result<Option<BackwardPlan
         "case {} seed {seed} ({:?} path, dQ by {}): kernels {:.2?} (compile included), oracles {:.2?}",
         case.name(),
         launch.dkdv.config.path(),
-        launch.dq_accumulation.name(),
+        launch.dq_accumulation().name(),
         kernels,
         start.elapsed() - kernels
     );

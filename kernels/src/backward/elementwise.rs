@@ -1,0 +1,38 @@
+//! One unit per element of a `[batch, heads, seq, dim]` tensor: the launch geometry and the
+//! index arithmetic of the backward's small element-wise kernels (the grouped-query sum of
+//! dK / dV, the one-pass dQ's zero fill and finish).
+use cubecl::prelude::*;
+
+/// Units per cube.
+pub(crate) const UNITS: u32 = 256;
+/// Cubes along x; y takes the rest (a 1D count stops at 65535 cubes, 16.7 M elements).
+const CUBES_X: u32 = 1024;
+
+/// Cubes covering `total` elements, one unit each.
+pub(crate) fn cube_count(total: usize) -> CubeCount {
+    let cubes = total.div_ceil(UNITS as usize) as u32;
+    CubeCount::Static(cubes.min(CUBES_X), cubes.div_ceil(CUBES_X), 1)
+}
+
+/// This unit's element (may be past the end: callers check).
+#[cube]
+pub(crate) fn element_index() -> usize {
+    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
+    cube * UNITS as usize + UNIT_POS as usize
+}
+
+/// `(batch, head, row, col)` of element `index` of a contiguous tensor of `like`'s shape.
+#[cube]
+pub(crate) fn split_index<E: CubePrimitive>(index: usize, like: &Tensor<E>) -> (usize, usize, usize, usize) {
+    let (heads, seq, dim) = (like.shape(1), like.shape(2), like.shape(3));
+    let col = index % dim;
+    let row = (index / dim) % seq;
+    let head = (index / (dim * seq)) % heads;
+    (index / (dim * seq * heads), head, row, col)
+}
+
+/// Where `(batch, head, row, col)` sits in `tensor` (any strides).
+#[cube]
+pub(crate) fn offset<E: CubePrimitive>(tensor: &Tensor<E>, batch: usize, head: usize, row: usize, col: usize) -> usize {
+    batch * tensor.stride(0) + head * tensor.stride(1) + row * tensor.stride(2) + col * tensor.stride(3)
+}
