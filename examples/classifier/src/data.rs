@@ -4,15 +4,20 @@
 //! `fortunes` package, one file per topic, records separated by lines holding `%`), the topic
 //! being the label; or a generated set that needs nothing from outside (sentences drawn from
 //! one word list per topic, 1 to 12 of them per text). Texts are bytes; each batch is padded
-//! to its longest text rounded up to a multiple of 64 (at most `max_len` bytes, longer texts
-//! truncated), and the padding mask marks the padded positions (`true` = padding, burn-nn's
-//! `mask_pad`).
+//! to its longest text rounded up to a power of two, at least 64 (at most `max_len` bytes,
+//! longer texts truncated), and the padding mask marks the padded positions (`true` = padding,
+//! burn-nn's `mask_pad`).
 //!
 //! ```text
 //! texts [b] --bytes, truncate to max_len--> tokens [b, s] (PAD after each text; s = the
-//!                                        mask_pad [b, s]  longest, up to a multiple of 64)
+//!                                        mask_pad [b, s]  longest, up to a power of two)
 //!                                          labels [b]     (true where PAD)
 //! ```
+//!
+//! Why powers of two: every new shape makes Burn autotune its matmuls (one compilation per
+//! candidate kernel, and their keys depend on the power-of-two factors of the sizes) and our
+//! kernels compile for it. With the fortunes (median 96 bytes, batches of 32) rounding to
+//! multiples of 64 gave 12 padded lengths in 4 epochs, powers of two give 3 (256, 512, 1024).
 use std::path::Path;
 
 use burn::{
@@ -130,12 +135,17 @@ impl Dataset<Text> for Texts {
     }
 }
 
-/// Padded lengths are multiples of this: a few distinct shapes instead of one per longest text
-/// (each new shape compiles kernels on its first use, tens of seconds on lavapipe).
-pub const PAD_MULTIPLE: usize = 64;
+/// The shortest padded length.
+pub const MIN_PADDED: usize = 64;
 
-/// Pads the texts of a batch to the longest one (at most `max_len` bytes), rounded up to a
-/// multiple of [`PAD_MULTIPLE`] (at most `max_len`).
+/// The length a batch whose longest text has `longest` bytes is padded to: the next power of
+/// two, at least [`MIN_PADDED`], at most `max_len`.
+pub fn padded_len(longest: usize, max_len: usize) -> usize {
+    longest.max(MIN_PADDED).next_power_of_two().min(max_len)
+}
+
+/// Pads the texts of a batch to the longest one, rounded up by [`padded_len`] (at most
+/// `max_len` bytes, longer texts truncated).
 #[derive(Debug, Clone)]
 pub struct PadBatcher {
     pub max_len: usize,
@@ -151,8 +161,8 @@ pub struct TextBatch<B: Backend> {
 
 impl<B: Backend> Batcher<B, Text, TextBatch<B>> for PadBatcher {
     fn batch(&self, texts: Vec<Text>, device: &B::Device) -> TextBatch<B> {
-        let longest = texts.iter().map(|t| t.bytes.len()).max().unwrap_or(1).max(1);
-        let longest = longest.next_multiple_of(PAD_MULTIPLE).min(self.max_len);
+        let longest = texts.iter().map(|t| t.bytes.len()).max().unwrap_or(1);
+        let longest = padded_len(longest, self.max_len);
         let mut tokens = Vec::with_capacity(texts.len() * longest);
         let mut padding = Vec::with_capacity(texts.len() * longest);
         for text in &texts {
@@ -180,6 +190,16 @@ mod tests {
     fn fortunes_split_on_percent_lines() {
         let records = split_fortunes(b"one\nline\n%\n\n%\ntwo\n%\n");
         assert_eq!(records, vec![b"one\nline".to_vec(), b"two".to_vec()]);
+    }
+
+    #[test]
+    fn padded_lengths_are_powers_of_two_within_bounds() {
+        let cases = [(0, 64), (1, 64), (64, 64), (65, 128), (300, 512), (1000, 1024), (5000, 1024)];
+        for (longest, padded) in cases {
+            assert_eq!(padded_len(longest, 1024), padded, "longest {longest}");
+        }
+        // A max_len that is not a power of two still bounds the length.
+        assert_eq!(padded_len(700, 600), 600);
     }
 
     #[test]
