@@ -11,8 +11,10 @@
 //! `--shape=B,H,N,D` (repeatable): these shapes instead; `--head-dim=D`: only that head_dim.
 //! Tuning (the planner's explicit overrides, `burn_flash_attn::set_tuning`):
 //! `--mma=planes,rows[,plane_rows[,buffers[,async]]]` for the mma forward's blocks and
-//! `--mma-bwd=...` for the mma backward's; `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD` in the
-//! environment are read as the same flags (the device scripts' tuning runs set them).
+//! `--mma-bwd=...` for the mma backward's, `--dq=kernel|atomic` for how the backward sums dQ
+//! (its own kernel, or the one-pass dK/dV kernel's atomic adds); `BURN_FLASH_MMA` /
+//! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` in the environment are read as the same flags (the
+//! device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
@@ -180,13 +182,19 @@ fn memory() {
 }
 
 /// The mma blocks of `--{flag}=...`, else of the environment variable `var`.
-fn blocks_arg(args: &[String], flag: &str, var: &str) -> Option<burn_flash_attn::kernels::plan::MmaBlocks> {
+/// `--flag=value`, else the environment's `var`, parsed (exits with the error when it does not
+/// parse).
+fn parsed_arg<T>(args: &[String], flag: &str, var: &str) -> Option<T>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
     let value = args
         .iter()
         .find_map(|a| a.strip_prefix(&format!("--{flag}=")).map(str::to_string))
         .or_else(|| std::env::var(var).ok())?;
     match value.parse() {
-        Ok(blocks) => Some(blocks),
+        Ok(parsed) => Some(parsed),
         Err(error) => {
             eprintln!("--{flag} / {var}: {error}");
             std::process::exit(2);
@@ -210,8 +218,9 @@ fn main() {
         profile::enable(&profile_log);
     }
     let tuning = burn_flash_attn::Tuning::default()
-        .with_forward_mma(blocks_arg(&args, "mma", "BURN_FLASH_MMA"))
-        .with_backward_mma(blocks_arg(&args, "mma-bwd", "BURN_FLASH_MMA_BWD"));
+        .with_forward_mma(parsed_arg(&args, "mma", "BURN_FLASH_MMA"))
+        .with_backward_mma(parsed_arg(&args, "mma-bwd", "BURN_FLASH_MMA_BWD"))
+        .with_backward_dq(parsed_arg(&args, "dq", "BURN_FLASH_DQ"));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }

@@ -8,6 +8,7 @@
 mod support;
 
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, MmaGradientConfig};
+use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
 use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
 use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{ForwardConfig, MMA_CHUNK, MmaConfig};
@@ -187,16 +188,16 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         },
     ];
     // The planned blocks with one and two inner buffers, through registers and by cp.async
-    // (`BURN_FLASH_MMA_BWD=...,buffers,async`).
-    let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
+    // (`BURN_FLASH_MMA_BWD=...,buffers,async`); dK/dV also as the one-pass kernel.
+    let kernels = [(BackwardKernel::KeyValue, false), (BackwardKernel::KeyValue, true), (BackwardKernel::Query, false)];
     let variants = cases
         .into_iter()
-        .flat_map(|case| kernels.map(|kernel| (case, kernel)))
-        .flat_map(|(case, kernel)| {
+        .flat_map(|case| kernels.map(|(kernel, atomic_dq)| (case, kernel, atomic_dq)))
+        .flat_map(|(case, kernel, atomic_dq)| {
             [(1, false), (2, false), (1, true), (2, true)]
-                .map(|(buffers, async_inner)| (case, kernel, buffers, async_inner))
+                .map(|(buffers, async_inner)| (case, kernel, atomic_dq, buffers, async_inner))
         });
-    for (case, kernel, buffers, async_inner) in variants {
+    for (case, kernel, atomic_dq, buffers, async_inner) in variants {
         let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
         let GradientConfig::Mma(planned) = plan.config else {
             panic!("{case:?}: {plan}, not the mma path");
@@ -204,6 +205,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         let config = MmaGradientConfig {
             buffers,
             async_inner,
+            atomic_dq,
             ..planned
         };
         let outer = match kernel {
@@ -223,7 +225,8 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         };
         dump(
             &format!(
-                "mma_bwd_{kernel:?}_{:?}_hd{}_dv{}_buf{buffers}{}.cu",
+                "mma_bwd_{kernel:?}{}_{:?}_hd{}_dv{}_buf{buffers}{}.cu",
+                if atomic_dq { "_atomicdq" } else { "" },
                 case.dtype,
                 case.head_dim,
                 case.val_dim,
@@ -254,6 +257,8 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             !source.contains("#error"),
             "{case:?} {kernel:?}: #error in the source"
         );
+        // Only the one-pass kernel adds (dQ) with f32 atomics.
+        assert_eq!(source.contains("atomicAdd"), atomic_dq, "{case:?} {kernel:?} atomic_dq {atomic_dq}: atomicAdd");
         // The mbarrier's 8 bytes may land in alignment padding: the estimate reserves 16.
         let slack = if async_inner { 8 } else { 0 };
         let estimate = config.shared_memory_bytes();
@@ -282,9 +287,22 @@ fn dkdv_source_with<F: Float, S: PairStream>(
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
-    cuda_source(DkdvMmaKernel::<F, u32, S, support::TestRuntime>::new(
+    if config.atomic_dq {
+        dkdv_source_sink::<F, S, AtomicDq>(client, settings, config)
+    } else {
+        dkdv_source_sink::<F, S, NoDq>(client, settings, config)
+    }
+}
+
+fn dkdv_source_sink<F: Float, S: PairStream, D: DqSink>(
+    client: &support::Client,
+    settings: KernelSettings,
+    config: MmaGradientConfig,
+) -> (String, usize) {
+    cuda_source(DkdvMmaKernel::<F, u32, S, D, support::TestRuntime>::new(
         settings,
         client.clone(),
+        tensor(),
         tensor(),
         tensor(),
         tensor(),

@@ -2,7 +2,7 @@
 //! test client itself), and MI300X / H200 properties built on top of it.
 mod support;
 
-use burn_flash_attn_kernels::plan::DeviceCaps;
+use burn_flash_attn_kernels::plan::{DeviceCaps, Tuning};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
@@ -159,4 +159,35 @@ fn unsupported_problems_are_typed_errors() {
         planning::forward_plan(client.properties(), &bad_cap, None),
         Err(burn_flash_attn_kernels::FlashError::InvalidSoftcap(_))
     ));
+}
+
+/// The one-pass backward asked for on an H200 (f32 atomic add registered): bf16 / f16 take it on
+/// the mma path, with the dS^T tile in the planned shared memory; f32 on the portable path;
+/// without the preference dQ keeps its kernel.
+#[test]
+fn h200_one_pass_backward_is_planned_on_both_paths() {
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan::{self, DqAccumulation, Layout};
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    assert!(caps.has_atomic_f32_add(), "the H200 properties register f32 atomic add");
+    for dtype in [FloatKind::BF16, FloatKind::F16, FloatKind::F32] {
+        for head_dim in [32, 64, 128] {
+            let case = problem(dtype, head_dim);
+            let atomic = Tuning::default().with_backward_dq(Some(DqAccumulation::Atomic));
+            let one_pass = plan::backward::backward(&caps, &case, Layout::CHUNKED, &atomic).expect("planned");
+            let two_kernel = plan::backward::backward(&caps, &case, Layout::CHUNKED, &Tuning::default()).expect("planned");
+            println!("{dtype:?} hd{head_dim}: {one_pass}");
+            assert_eq!(one_pass.dq_accumulation(), DqAccumulation::Atomic, "{dtype:?} hd{head_dim}");
+            assert_eq!(two_kernel.dq_accumulation(), DqAccumulation::Kernel, "{dtype:?} hd{head_dim}");
+            let mma = matches!(one_pass.dkdv.config, GradientConfig::Mma(_));
+            assert_eq!(mma, dtype != FloatKind::F32, "{dtype:?} hd{head_dim}: {one_pass}");
+            // Same blocks either way; the one-pass kernel declares more shared memory (the mma
+            // path's dS^T tile) and still fits.
+            assert_eq!(one_pass.dkdv.config.blocks(), two_kernel.dkdv.config.blocks());
+            assert!(one_pass.dkdv.config.shared_memory_bytes() >= two_kernel.dkdv.config.shared_memory_bytes());
+            assert!(one_pass.dkdv.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
+        }
+    }
 }

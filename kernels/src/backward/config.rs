@@ -238,6 +238,10 @@ pub struct MmaGradientConfig {
     /// through registers.
     pub async_inner: bool,
     pub score: ScoreOptions,
+    /// dK/dV kernel only: also add every block pair's `dS K` to an f32 dQ accumulator with
+    /// atomic adds (the one-pass backward, [`super::dq_sink`]); dS^T goes through a shared
+    /// tile for it ([`Self::ds_tile_pairs`]) and no dQ kernel runs.
+    pub atomic_dq: bool,
 }
 
 impl MmaGradientConfig {
@@ -292,6 +296,23 @@ impl MmaGradientConfig {
         }
     }
 
+    /// Row stride, in chunks, of the one-pass dK/dV kernel's dS^T tile (`block_kv` key rows of
+    /// `block_q` query columns): odd, like every chunked tile's.
+    pub fn ds_tile_stride(&self) -> u32 {
+        tile_stride(self.block_q)
+    }
+
+    /// Elements (f16/bf16 pairs) of the dS^T tile: one 16-byte chunk's worth where the kernel
+    /// uses none (a shared array cannot be empty; unused, it is not declared).
+    pub fn ds_tile_pairs(&self) -> u32 {
+        let chunk_pairs = MMA_CHUNK / 2;
+        if self.atomic_dq && self.kernel == BackwardKernel::KeyValue {
+            self.block_kv * self.ds_tile_stride() * chunk_pairs
+        } else {
+            chunk_pairs
+        }
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
@@ -304,6 +325,13 @@ impl MmaGradientConfig {
             BackwardKernel::Query => 0,
         };
         let barrier = if self.async_inner { ASYNC_BARRIER_BYTES } else { 0 };
-        chunks * chunk_bytes + row_stats + barrier
+        // The dS^T tile (a whole number of 16-byte chunks: it adds no padding); the kernels
+        // without one never touch their stand-in, and the compiler drops it.
+        let ds = if self.atomic_dq && self.kernel == BackwardKernel::KeyValue {
+            self.ds_tile_pairs() as usize * 2 * MMA_ELEM_BYTES
+        } else {
+            0
+        };
+        chunks * chunk_bytes + ds + row_stats + barrier
     }
 }

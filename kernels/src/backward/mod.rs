@@ -9,7 +9,7 @@
 //!
 //! That is the default, [`DqAccumulation::Kernel`](crate::plan::DqAccumulation::Kernel): no atomics, each gradient element is
 //! written by one unit, and every sum runs in a fixed order, so reruns are bit-identical.
-//! [`DqAccumulation::Atomic`](crate::plan::DqAccumulation::Atomic) (the one-pass backward, [`dq_sink`]; portable path, devices with
+//! [`DqAccumulation::Atomic`](crate::plan::DqAccumulation::Atomic) (the one-pass backward, [`dq_sink`]; both paths, devices with
 //! f32 atomic add) replaces step 3: the dK/dV kernel adds each block pair's `dS K` to an f32
 //! accumulator with atomic adds, and a last kernel writes `dq` from it. Two paths per kernel: the register-level mma
 //! ([`mma`], CUDA f16/bf16) and the portable one (scalar f32 FMAs on shared-memory tiles, no
@@ -240,7 +240,13 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     let (dk_out, dv_out) = (dk_heads.clone(), dv_heads.clone());
     // The one-pass config's dK/dV kernel adds dQ into `dq_acc`.
     let mut dq_acc = None;
+    let dq_shape = [problem.batch, problem.num_heads, problem.seq_q, problem.head_dim];
     match plan.dkdv.config {
+        GradientConfig::Mma(config) if config.atomic_dq => {
+            let acc = dq_sink::zeroed_accumulator(client, dq_shape);
+            dq_acc = Some(acc.clone());
+            mma::launch_dkdv_dq_mma::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
+        }
         GradientConfig::Mma(config) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
             client,
             problem,
@@ -250,8 +256,7 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
             config,
         ),
         GradientConfig::Portable(config) if config.atomic_dq => {
-            let shape = [problem.batch, problem.num_heads, problem.seq_q, problem.head_dim];
-            let acc = dq_sink::zeroed_accumulator(client, shape);
+            let acc = dq_sink::zeroed_accumulator(client, dq_shape);
             dq_acc = Some(acc.clone());
             dkdv::launch_dkdv_dq::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
         }

@@ -91,7 +91,7 @@ pub enum DqAccumulation {
     Kernel,
     /// The one-pass backward ([`crate::backward::dq_sink`]): the dK/dV kernel adds each block
     /// pair's share with f32 atomic adds, 5 products per pair instead of 7; dQ's last bits
-    /// vary from run to run. Portable path, devices with f32 atomic add.
+    /// vary from run to run. Both paths (portable and mma), devices with f32 atomic add.
     Atomic,
 }
 
@@ -119,10 +119,12 @@ impl core::str::FromStr for DqAccumulation {
 
 impl BackwardPlan {
     /// How dQ is summed over the key/value blocks: by the dK/dV kernel's atomic adds where its
-    /// config says so ([`PortableGradientConfig::atomic_dq`]), otherwise by its own kernel.
+    /// config says so ([`PortableGradientConfig::atomic_dq`], [`MmaGradientConfig::atomic_dq`]),
+    /// otherwise by its own kernel.
     pub fn dq_accumulation(&self) -> DqAccumulation {
         match self.dkdv.config {
-            GradientConfig::Portable(config) if config.atomic_dq => DqAccumulation::Atomic,
+            GradientConfig::Portable(PortableGradientConfig { atomic_dq: true, .. })
+            | GradientConfig::Mma(MmaGradientConfig { atomic_dq: true, .. }) => DqAccumulation::Atomic,
             _ => DqAccumulation::Kernel,
         }
     }
@@ -189,15 +191,21 @@ pub fn backward(
     problem.validate()?;
     caps.check_types(problem)?;
     tuning.validate()?;
+    let atomic = tuning.backward_dq == Some(DqAccumulation::Atomic) && caps.has_atomic_f32_add();
     let mut dkdv = gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?;
     let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
-    // Atomic is taken where it can run: the portable dK/dV kernel (the mma one has no dQ share
-    // yet) on a device with f32 atomic add; elsewhere dQ keeps its kernel.
-    if tuning.backward_dq == Some(DqAccumulation::Atomic)
-        && caps.has_atomic_f32_add()
-        && let GradientConfig::Portable(config) = &mut dkdv.config
-    {
-        config.atomic_dq = true;
+    // Atomic is taken where it can run: a device with f32 atomic add, and (mma) blocks that
+    // still fit with the dS^T tile; elsewhere dQ keeps its kernel.
+    if atomic {
+        match &mut dkdv.config {
+            GradientConfig::Portable(config) => config.atomic_dq = true,
+            GradientConfig::Mma(config) => {
+                let one_pass = GradientConfig::Mma(MmaGradientConfig { atomic_dq: true, ..*config });
+                if fits(caps, &one_pass) {
+                    config.atomic_dq = true;
+                }
+            }
+        }
     }
     Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq })
 }
@@ -253,6 +261,7 @@ fn mma_config(
         buffers,
         async_inner: async_copy && caps.copy_async(),
         score: problem.score_options(),
+        atomic_dq: false,
     }
 }
 

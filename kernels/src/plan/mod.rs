@@ -88,8 +88,9 @@ pub struct Tuning {
     /// The mma backward's blocks instead of the measured ones (16-row planes only).
     pub backward_mma: Option<MmaBlocks>,
     /// How the backward sums dQ (default [`DqAccumulation::Kernel`]). `Atomic` is a preference:
-    /// taken where the problem's dK/dV is on the portable path and the device has f32 atomic
-    /// add, `Kernel` elsewhere ([`BackwardPlan::dq_accumulation`] says which).
+    /// taken where the device has f32 atomic add (and, on the mma path, the one-pass kernel's
+    /// blocks fit its shared memory), `Kernel` elsewhere ([`BackwardPlan::dq_accumulation`]
+    /// says which).
     pub backward_dq: Option<DqAccumulation>,
 }
 

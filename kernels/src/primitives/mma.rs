@@ -18,6 +18,8 @@
 use cubecl::cmma::{MatrixIdent, MmaDefinition};
 use cubecl::prelude::*;
 
+use super::chunk_io::CHUNK;
+
 /// Two elements of a fragment register (f16/bf16 pairs in A/B, f32 pairs in accumulators).
 pub type Pair<E> = Vector<E, Const<2>>;
 
@@ -134,17 +136,38 @@ pub fn load_b_by_rows<F: Float, N: Size>(
 
 /// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
 /// tile[first_row + k][16 jj + n], k in `[0, 16)`, n in `[0, 16)` (tiles `[0..2)`: columns
-/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). Transposed.
+/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). Transposed. `jj` may be known only at run
+/// time (the one-pass dQ share's work items).
 #[cube]
 pub fn load_b_by_cols<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
     #[comptime] stride: u32,
-    #[comptime] jj: u32,
+    jj: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let at = (first_row + lane % TILE_M) * stride + jj * 2 + lane / TILE_M;
     ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
+}
+
+/// The A fragment of a tile that holds A transposed, in pairs: A(m, k) = tile[first_row + k]
+/// [8 first_chunk + m], m, k in `[0, 16)`, `stride` pairs per tile row (a whole, odd number of
+/// chunks). The four 8x8 matrices are the tile's rows `first_row + [0, 8)` and `+ [8, 16)`
+/// (k) at chunks `first_chunk` and `+ 1` (m), each transposed by `ldmatrix.trans`: lanes 0-7
+/// address (rows 0-7, chunk 0), 8-15 (rows 0-7, chunk 1), 16-23 (rows 8-15, chunk 0), 24-31
+/// (rows 8-15, chunk 1).
+#[cube]
+pub fn load_a_transposed<F: Float>(
+    tile: &SharedMemory<Pair<F>>,
+    first_row: u32,
+    first_chunk: u32,
+    #[comptime] stride: u32,
+) -> Array<Pair<F>> {
+    let lane = UNIT_POS_PLANE;
+    let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
+    let chunk = first_chunk + (lane / LDMATRIX_ROWS) % 2;
+    let pairs_per_chunk = comptime!(CHUNK / 2);
+    ldmatrix_x4::<F, Const<2>>(tile, row * stride + chunk * pairs_per_chunk, MatrixIdent::A, true)
 }
 
 /// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows

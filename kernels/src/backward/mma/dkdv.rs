@@ -1,4 +1,14 @@
-//! The mma dK/dV kernel (see the parent module).
+//! The mma dK/dV kernel (see the parent module), and its one-pass variant: with
+//! [`MmaGradientConfig::atomic_dq`] each plane also stores its dS^T (16 key rows x `block_q`
+//! query columns, rounded to the input type as dK's product uses it) into a shared tile, and
+//! after a cube sync the planes compute the pair's dQ share `dS K` (`[block_q, head_dim]`) from
+//! that tile and the K tile, 16 rows x 16 columns per work item, and add it to the f32
+//! accumulator with atomic adds ([`crate::backward::dq_sink`]):
+//! ```text
+//! dS^T regs --Pair stores--> ds tile [block_kv keys][block_q queries]
+//!                                      |  ldmatrix.trans (A = dS, rows = queries)
+//!   dQ_acc[q_start.., :] += dS K  <----+  K tile by columns (B)
+//! ```
 use cubecl::prelude::*;
 
 use core::marker::PhantomData;
@@ -8,8 +18,8 @@ use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_b
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
-    zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product, lane,
+    load_a_transposed, load_b_by_cols, mma_tile_pair, product_with_rows, zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
@@ -19,10 +29,13 @@ use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
+use crate::backward::dq_sink::{AtomicDq, DqSink, NoDq};
+use crate::checks::stand_in;
 use crate::primitives::score::score_params;
 
-/// Launches the mma dK/dV kernel. The caller has checked the shapes and that q, k, v, d_out
-/// load in chunks of [`MMA_CHUNK`] elements.
+/// Launches the mma dK/dV kernel (a config without [`MmaGradientConfig::atomic_dq`]). The
+/// caller has checked the shapes and that q, k, v, d_out load in chunks of [`MMA_CHUNK`]
+/// elements.
 pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
@@ -31,28 +44,58 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
     dv: TensorBinding<R>,
     config: MmaGradientConfig,
 ) {
-    debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
-    if config.async_inner {
-        launch::<R, F, M, AsyncCopy>(client, problem, inputs, dk, dv, config)
-    } else {
-        launch::<R, F, M, Staged>(client, problem, inputs, dk, dv, config)
-    }
+    debug_assert!(!config.atomic_dq, "the one-pass config takes launch_dkdv_dq_mma");
+    // No accumulator: `NoDq` binds an f32 it never touches.
+    let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
+    launch_stream::<R, F, M, NoDq>(client, problem, inputs, (dk, dv, dq_acc), config)
 }
 
-fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
+/// The one-pass mma dK/dV kernel (`config.atomic_dq`): dK and dV as
+/// [`flash_attention_backward_dkdv_mma`], and every block pair's `dS K` added to `dq_acc`
+/// (f32, zeroed, contiguous `[batch, num_heads, seq_q, head_dim]`, without the scale) by atomic
+/// adds. The device must register f32 atomic add (the planner checks).
+pub(crate) fn launch_dkdv_dq_mma<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
     inputs: GradientInputs<R>,
-    dk: TensorBinding<R>,
-    dv: TensorBinding<R>,
+    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
+    config: MmaGradientConfig,
+) {
+    debug_assert!(config.atomic_dq, "a two-kernel config takes flash_attention_backward_dkdv_mma");
+    let dq_acc = dq_acc.into_tensor_arg();
+    launch_stream::<R, F, M, AtomicDq>(client, problem, inputs, (dk, dv, dq_acc), config)
+}
+
+/// The kernel with the config's way of streaming the query blocks.
+fn launch_stream<R: Runtime, F: Float, M: Int, D: DqSink>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    outputs: (TensorBinding<R>, TensorBinding<R>, TensorArg<R>),
+    config: MmaGradientConfig,
+) {
+    debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
+    if config.async_inner {
+        launch::<R, F, M, AsyncCopy, D>(client, problem, inputs, outputs, config)
+    } else {
+        launch::<R, F, M, Staged, D>(client, problem, inputs, outputs, config)
+    }
+}
+
+fn launch<R: Runtime, F: Float, M: Int, S: PairStream, D: DqSink>(
+    client: &ComputeClient<R>,
+    problem: &AttentionProblem,
+    inputs: GradientInputs<R>,
+    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorArg<R>),
     config: MmaGradientConfig,
 ) {
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let args = inputs.into_args(client);
     // SAFETY: shapes, strides and chunking were validated against the problem; global reads
-    // are bounds-checked per row, writes against seq_kv and the dims.
+    // are bounds-checked per row, writes against seq_kv and the dims (dq_acc: rows against
+    // seq_q, columns against head_dim; only touched by the one-pass config).
     unsafe {
-        dkdv_mma_kernel::launch_unchecked::<F, M, S, R>(
+        dkdv_mma_kernel::launch_unchecked::<F, M, S, D, R>(
             client,
             CubeCount::Static(kv_blocks, problem.heads_total() as u32, 1),
             CubeDim::new_2d(LANES, config.block_kv / MATRIX_TILE),
@@ -68,6 +111,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
             args.slopes,
             dk.into_tensor_arg(),
             dv.into_tensor_arg(),
+            dq_acc,
             score_params(problem),
             config,
         )
@@ -76,7 +120,7 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
+pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -88,6 +132,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     slopes: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
+    dq_acc: &mut Tensor<D::Acc>,
     params: ScoreParams,
     #[comptime] config: MmaGradientConfig,
 ) {
@@ -101,6 +146,8 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let tensors = score_tensors(mask, bias, slopes, batch, head, config.score);
     let q_view = chunk_view(q, batch, head);
     let d_out_view = chunk_view(d_out, batch, head);
+    // First: a whole number of 16-byte chunks, so every tile after it stays aligned.
+    let ds_tile = SharedMemory::<Pair<F>>::new_aligned(comptime!(config.ds_tile_pairs() as usize), 16usize);
     let mut tiles = pair_tiles::<F, N>(config);
     let stats_len = comptime!((config.buffers * config.block_q) as usize);
     let lse_tile = SharedMemory::<f32>::new(stats_len);
@@ -154,8 +201,10 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         plane_row,
         lane,
     };
-    let mut state = QueryState::<F, S, N> {
+    let mut state = QueryState::<F, S, D, N> {
         tiles,
+        ds_tile,
+        dq_acc: *dq_acc,
         lse_tile,
         delta_tile,
         stream: S::init::<F, N>(comptime!(config.mma_inner_pair())),
@@ -173,7 +222,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
         config.block_kv,
         config.score,
     );
-    stream_blocks::<QueryBlocks<F, M, S, N>>(&inputs, &mut state, span, config);
+    stream_blocks::<QueryBlocks<F, M, S, D, N>>(&inputs, &mut state, span, config);
     let (dk_acc, dv_acc) = (state.dk_acc, state.dv_acc);
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
@@ -222,11 +271,14 @@ struct QueryInputs<F: Float, M: Int, N: Size> {
     lane: Lane,
 }
 
-/// What the query blocks change: the tiles (with the stats tiles), the stream, the next
-/// block's stats on their way, dK and dV.
+/// What the query blocks change: the tiles (with the stats tiles and the one-pass dS^T tile),
+/// the stream, the next block's stats on their way, dK and dV, and the dQ accumulator.
 #[derive(CubeType)]
-struct QueryState<F: Float, S: PairStream, N: Size> {
+struct QueryState<F: Float, S: PairStream, D: DqSink, N: Size> {
     tiles: PairTiles<F, N>,
+    /// One-pass only: `[block_kv][ds_tile_stride chunks]`, dS^T of the current block pair.
+    ds_tile: SharedMemory<Pair<F>>,
+    dq_acc: Tensor<D::Acc>,
     lse_tile: SharedMemory<f32>,
     delta_tile: SharedMemory<f32>,
     stream: S::State<F, N>,
@@ -237,19 +289,19 @@ struct QueryState<F: Float, S: PairStream, N: Size> {
 
 /// The dK/dV kernel's part of [`stream_blocks`]: the masked pass where the block pair needs
 /// it ([`pair_needs_masked_pass`]).
-struct QueryBlocks<F: Float, M: Int, S: PairStream, N: Size> {
-    _types: PhantomData<(F, M, S, N)>,
+struct QueryBlocks<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> {
+    _types: PhantomData<(F, M, S, D, N)>,
 }
 
 #[cube]
-impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S, N> {
+impl<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> BlockBody for QueryBlocks<F, M, S, D, N> {
     type Inputs = QueryInputs<F, M, N>;
-    type State = QueryState<F, S, N>;
+    type State = QueryState<F, S, D, N>;
     type Config = MmaGradientConfig;
 
     fn start(
         inputs: &QueryInputs<F, M, N>,
-        state: &mut QueryState<F, S, N>,
+        state: &mut QueryState<F, S, D, N>,
         block: u32,
         tile_row: u32,
         #[comptime] config: MmaGradientConfig,
@@ -278,7 +330,7 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
 
     fn finish(
         _inputs: &QueryInputs<F, M, N>,
-        state: &mut QueryState<F, S, N>,
+        state: &mut QueryState<F, S, D, N>,
         tile_row: u32,
         started: bool,
         #[comptime] config: MmaGradientConfig,
@@ -321,7 +373,7 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
 
     fn compute(
         inputs: &QueryInputs<F, M, N>,
-        state: &mut QueryState<F, S, N>,
+        state: &mut QueryState<F, S, D, N>,
         q_block: u32,
         tile_row: u32,
         #[comptime] config: MmaGradientConfig,
@@ -351,9 +403,30 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for QueryBlocks<F, M, S
                 inputs.lane,
                 &mut state.dk_acc,
                 &mut state.dv_acc,
+                &mut state.ds_tile,
                 config,
                 masked_pass,
             );
+        }
+        if comptime!(config.atomic_dq) {
+            // A skipped plane's keys see none of the block: its rows of dS^T are zeros. Every
+            // plane reaches the sync (the skip above is per plane).
+            if !needed {
+                clear_ds_rows::<F>(&mut state.ds_tile, inputs.plane_row, inputs.lane, config);
+            }
+            sync_cube();
+            add_dq_share::<F, D, N>(
+                &mut state.dq_acc,
+                &state.ds_tile,
+                &state.tiles.k,
+                inputs.batch,
+                inputs.head,
+                q_start,
+                inputs.params.seq_q,
+                inputs.lane,
+                config,
+            );
+            // The next block's dS^T is stored after the stream's next cube-wide wait.
         }
     }
 }
@@ -377,6 +450,7 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     lane: Lane,
     dk_acc: &mut Array<Pair<f32>>,
     dv_acc: &mut Array<Pair<f32>>,
+    ds_tile: &mut SharedMemory<Pair<F>>,
     #[comptime] config: MmaGradientConfig,
     #[comptime] masked_pass: bool,
 ) {
@@ -442,4 +516,109 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     accumulate_product::<F, N>(
         &dpt, &tiles.q, tile_row, hs, q_tiles, head_steps, 1u32, dk_acc,
     );
+    if comptime!(config.atomic_dq) {
+        store_ds_rows::<F>(ds_tile, &dpt, plane_row, lane, config);
+    }
+}
+
+/// Where this lane's pair of accumulator tile `j`, row half `h` goes in the dS^T tile: key row
+/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`.
+#[cube]
+fn ds_pair_index(plane_row: u32, lane: Lane, #[comptime] j: u32, #[comptime] h: u32, #[comptime] config: MmaGradientConfig) -> usize {
+    let stride = comptime!(config.ds_tile_stride() * (TILE_N / 2));
+    let key = plane_row + lane.group + h * BOTTOM_ROW;
+    (key * stride + j * (TILE_N / 2) + lane.quad) as usize
+}
+
+/// Stores this plane's dS^T (accumulators `dst`, 16 key rows x `block_q` query columns) into
+/// the dS^T tile, rounded to `F` as the dK product rounds it.
+#[cube]
+fn store_ds_rows<F: Float>(
+    ds_tile: &mut SharedMemory<Pair<F>>,
+    dst: &Array<Pair<f32>>,
+    plane_row: u32,
+    lane: Lane,
+    #[comptime] config: MmaGradientConfig,
+) {
+    #[unroll]
+    for j in 0..comptime!(config.block_q / TILE_N) {
+        #[unroll]
+        for h in 0..2u32 {
+            ds_tile[ds_pair_index(plane_row, lane, j, h, config)] =
+                Pair::<F>::cast_from(dst[(j * ACC_REGS + h) as usize]);
+        }
+    }
+}
+
+/// Zeros for this plane's rows of the dS^T tile.
+#[cube]
+fn clear_ds_rows<F: Float>(
+    ds_tile: &mut SharedMemory<Pair<F>>,
+    plane_row: u32,
+    lane: Lane,
+    #[comptime] config: MmaGradientConfig,
+) {
+    #[unroll]
+    for j in 0..comptime!(config.block_q / TILE_N) {
+        #[unroll]
+        for h in 0..2u32 {
+            ds_tile[ds_pair_index(plane_row, lane, j, h, config)] = Pair::<F>::zeroed();
+        }
+    }
+}
+
+/// The one-pass backward's share of this block pair: `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
+/// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, one f32
+/// atomic add per element. Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
+/// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
+/// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
+/// there are zeros, so the keys need no bound.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn add_dq_share<F: Float, D: DqSink, N: Size>(
+    dq_acc: &mut Tensor<D::Acc>,
+    ds_tile: &SharedMemory<Pair<F>>,
+    k_tile: &SharedMemory<Vector<F, N>>,
+    batch: u32,
+    head: u32,
+    q_start: u32,
+    seq_q: u32,
+    lane: Lane,
+    #[comptime] config: MmaGradientConfig,
+) {
+    let row_tiles = comptime!(config.block_q / TILE_M);
+    let items = comptime!(row_tiles * config.mma_head_steps());
+    let ds_stride = comptime!(config.ds_tile_stride() * (TILE_N / 2));
+    let hs = comptime!(config.mma_head_stride());
+    let base = batch as usize * dq_acc.stride(0) + head as usize * dq_acc.stride(1);
+    let mut item = UNIT_POS_Y;
+    while item < items {
+        let (row_tile, step) = (item % row_tiles, item / row_tiles);
+        let mut share = zero_accumulators(2u32);
+        #[unroll]
+        for kk in 0..comptime!(config.block_kv / TILE_M) {
+            let a = load_a_transposed::<F>(ds_tile, kk * TILE_M, row_tile * 2, ds_stride);
+            let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, step);
+            mma_tile_pair::<F>(&a, &b, &mut share, 0u32);
+        }
+        #[unroll]
+        for h in 0..2u32 {
+            let row = q_start + row_tile * TILE_M + lane.group + h * BOTTOM_ROW;
+            if row < seq_q {
+                let row_base = base + row as usize * dq_acc.stride(2);
+                #[unroll]
+                for t in 0..2u32 {
+                    let pair = share[(t * ACC_REGS + h) as usize];
+                    #[unroll]
+                    for e in 0..2u32 {
+                        let col = step * TILE_M + t * TILE_N + lane.quad * 2 + e;
+                        if col < config.head_dim {
+                            D::add(dq_acc, row_base + col as usize * dq_acc.stride(3), pair[e as usize]);
+                        }
+                    }
+                }
+            }
+        }
+        item += comptime!(config.planes());
+    }
 }

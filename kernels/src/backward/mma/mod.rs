@@ -37,6 +37,7 @@ mod dq;
 mod query_stats;
 
 pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
+pub(crate) use dkdv::launch_dkdv_dq_mma;
 pub use dq::{dq_mma_kernel, flash_attention_backward_dq_mma};
 
 /// The chunked shared-memory tiles of one block pair; the inner block's (dK/dV: Q and dO,
