@@ -18,6 +18,7 @@
 #   classifier-VARIANT                the classifier (`base`, EPOCHS epochs, dropout 0.1) on the
 #                                     fortunes: classifier-VARIANT.csv
 #   torch | compare                   torch_gpt.py; compare and plot flash.csv / fallback.csv
+# GPT_ARGS: more arguments for every flash-gpt train (e.g. `--backward-dq atomic`).
 # DATA (default .carry/data/fortunes.txt) and OUT (default out/ in the repository root): a
 # relative path given is relative to the directory the script is called from.
 # The device allows 10 minutes per command: run phases in separate calls if one call is too short.
@@ -85,7 +86,7 @@ for phase in "${phases[@]}"; do
     flash | fallback)
       echo "== $phase: gpt2-small, hand-written loop, batch $batch, $steps steps, seed $seed, $data"
       run "$phase" "flash-gpt-$phase" train --hand-loop --preset gpt2-small --batch "$batch" \
-        --steps "$steps" --seed "$seed" --data "$data" --csv "$out/$phase.csv" --quiet || status=1
+        --steps "$steps" --seed "$seed" --data "$data" --csv "$out/$phase.csv" --quiet ${GPT_ARGS:-} || status=1
       ;;
     learner-*)
       IFS=: read -r name context lbatch <<<"${phase#learner-}"
@@ -93,7 +94,7 @@ for phase in "${phases[@]}"; do
       lbatch=${lbatch:-$batch}
       run "learner-$name-$context" "flash-gpt-$name" train --preset gpt2-small --context "$context" \
         --batch "$lbatch" --steps "$steps" --seed "$seed" --data "$data" \
-        --csv "$out/learner-$name-$context.csv" --artifacts learner --quiet || status=1
+        --csv "$out/learner-$name-$context.csv" --artifacts learner --quiet ${GPT_ARGS:-} || status=1
       ;;
     classifier-*)
       name=${phase#classifier-}

@@ -1,6 +1,7 @@
 //! `flash-gpt train | compare | plot`: see `examples/gpt/README.md`.
 use std::{path::PathBuf, process::ExitCode};
 
+use burn_flash_attn::kernels::plan::DqAccumulation;
 use clap::{Args, Parser, Subcommand};
 use flash_gpt::{
     Error,
@@ -91,6 +92,11 @@ struct TrainArgs {
     /// The Learner's checkpoints and logs (default `<variant>-<preset>-learner`).
     #[arg(long)]
     artifacts: Option<PathBuf>,
+    /// How the backward sums dQ (`flash` feature): `kernel` (its own kernel, bit-identical
+    /// reruns) or `atomic` (the one-pass backward: the dK/dV kernel adds dQ with f32 atomic
+    /// adds); the library's default when absent.
+    #[arg(long)]
+    backward_dq: Option<DqAccumulation>,
     #[command(flatten)]
     kernel_cache: KernelCacheArgs,
 }
@@ -98,6 +104,9 @@ struct TrainArgs {
 fn run_train(args: TrainArgs) -> Result<(), Error> {
     // Before any tensor: CubeCL reads its configuration once.
     args.kernel_cache.enable()?;
+    if let Some(accumulation) = args.backward_dq {
+        burn_flash_attn::set_tuning(burn_flash_attn::tuning().with_backward_dq(Some(accumulation)));
+    }
     let corpus = match &args.data {
         Some(path) => Corpus::from_file(path)?,
         None => Corpus::generated(),
