@@ -3,7 +3,7 @@
 //! cargo feature (`cuda` for the H200 runs recorded in benches/RESULTS.md).
 //!
 //! ```text
-//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|memory|profile|features|features-memory]
+//! cargo bench --bench attention --no-default-features --features cuda,fusion -- [speed|dq-ab|memory|profile|features|features-memory]
 //!     [--quick] [--bar] [--flash-only] [--fwd-only]
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
@@ -18,6 +18,8 @@
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
+//! `dq-ab`: ours forward+backward with dQ by its kernel and by the one-pass atomics,
+//! interleaved in one process (3 rounds per shape; impl `flash-dq-kernel` / `flash-dq-atomic`).
 //! `profile`: device time per kernel from CubeCL's profiler (benches/profile/mod.rs), at the
 //! `--shape`s given (default the first), tables in `$PROFILE_LOG` (default
 //! `target/attention-profile.log`).
@@ -168,6 +170,32 @@ fn speed(shapes: &[[usize; 4]], only: Only) {
     }
 }
 
+/// Rounds of the `dq-ab` mode per shape.
+const AB_ROUNDS: usize = 3;
+
+/// `dq-ab`: ours forward+backward with dQ by its own kernel and by the one-pass atomics,
+/// interleaved (each round times both, `AB_ROUNDS` rounds per shape), so that a drift of the
+/// device during the run weighs on both alike. Rows `flash-dq-kernel` / `flash-dq-atomic`.
+fn dq_ab(shapes: &[[usize; 4]], base: burn_flash_attn::Tuning) {
+    use burn_flash_attn::kernels::plan::DqAccumulation;
+    println!("impl,B,H,N,D,causal,pass,ms,tflops");
+    for &shape in shapes {
+        for causal in [false, true] {
+            let [b, h, n, d] = shape;
+            for _ in 0..AB_ROUNDS {
+                for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
+                    burn_flash_attn::set_tuning(base.with_backward_dq(Some(dq)));
+                    let ms = time(train::<Flash<Autodiff<Inner>>>(shape, causal));
+                    check_route("flash", shape);
+                    let tflops = forward_flops(shape, causal) * TRAIN_FLOP_FACTOR / ms / 1e9;
+                    println!("flash-dq-{},{b},{h},{n},{d},{causal},fwd+bwd,{ms:.3},{tflops:.1}", dq.name());
+                }
+            }
+        }
+    }
+    burn_flash_attn::set_tuning(base);
+}
+
 fn memory() {
     println!("impl,B,H,N,D,causal,pass,peak_mib");
     for n in MEMORY_SEQS {
@@ -253,6 +281,7 @@ fn main() {
         Some("features") => features::features(only.flash),
         Some("features-memory") => features::features_memory(),
         Some("speed") | None => speed(shapes, only),
-        Some(other) => eprintln!("unknown mode {other}: use speed, memory, profile, features or features-memory"),
+        Some("dq-ab") => dq_ab(shapes, tuning),
+        Some(other) => eprintln!("unknown mode {other}: use speed, dq-ab, memory, profile, features or features-memory"),
     }
 }

@@ -5,7 +5,7 @@
 #
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | features
-#         | features-burn | tune | profile | kprofile | sanitize
+#         | features-burn | tune | profile | kprofile | dqab | sanitize
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one).
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
@@ -112,6 +112,9 @@ for s in "$@"; do
     # Burn's own rows are slow (its training step at (16,16,2048,128) takes ~40 ms a call, at
     # N = 8192 seconds): a 240 s limit cut both of these on 2026-11-30 (H200, 0af16f3).
     bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
+    # The one-pass backward against dQ's own kernel, interleaved in one process (DQAB_ARGS:
+    # shapes, default the bar's).
+    dqab) STEP_TIMEOUT=${DQAB_TIMEOUT:-420} step dqab "$BIN/attention" dq-ab ${DQAB_ARGS:---bar} ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     # The model features (issue 13): ours, PyTorch's anchors, the N = 8192 padding memory;

@@ -48,6 +48,19 @@ struct Metric {
     title: &'static str,
     first_step: usize,
     value: fn(&StepRecord) -> f64,
+    /// The axis ends at this multiple of the largest run's median, values above drawn at the
+    /// top (`None`: the axis holds every value).
+    cap_over_median: Option<f64>,
+}
+
+/// Step times above this multiple of the slower run's median are clipped: the stalls of
+/// kernel compilation and autotuning (tens of seconds) would flatten the steady steps.
+const STALL_CAP_OVER_MEDIAN: f64 = 4.0;
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.retain(|v| v.is_finite());
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// Registers the font; `false` when it cannot be read or parsed (the figure then has no text).
@@ -72,24 +85,34 @@ pub fn plot(series: &[Series], out: &Path, with_text: bool) -> Result<(), Error>
     root.fill(&WHITE).map_err(|e| plot_error(&e))?;
     let panels = root.split_evenly((2, 1));
     let metrics = [
-        Metric { title: "loss (nats/byte)", first_step: 1, value: |r| r.loss },
+        Metric { title: "loss (nats)", first_step: 1, value: |r| r.loss, cap_over_median: None },
         Metric {
             title: "ms per step (from step 2: step 1 compiles kernels)",
             first_step: FIRST_TIMED_STEP,
             value: |r| r.ms_per_step,
+            cap_over_median: Some(STALL_CAP_OVER_MEDIAN),
         },
     ];
-    for (panel, Metric { title, first_step, value }) in panels.iter().zip(metrics) {
+    for (panel, Metric { title, first_step, value, cap_over_median }) in panels.iter().zip(metrics) {
         let shown = |records: &'_ [StepRecord]| {
             records.iter().filter(move |r| r.step >= first_step).copied().collect::<Vec<_>>()
         };
         let max_step = series.iter().flat_map(|s| &s.records).map(|r| r.step).max().unwrap_or(1);
-        let max_y = series
+        let max_value = series
             .iter()
             .flat_map(|s| shown(&s.records))
             .map(|r| value(&r))
             .filter(|v| v.is_finite())
             .fold(f64::MIN_POSITIVE, f64::max);
+        let cap = cap_over_median.and_then(|factor| {
+            let medians = series.iter().filter_map(|s| median(shown(&s.records).iter().map(value).collect()));
+            Some(factor * medians.reduce(f64::max)?).filter(|&cap| cap < max_value)
+        });
+        let max_y = cap.unwrap_or(max_value);
+        let title = match cap {
+            Some(cap) => format!("{title}; above {cap:.0} clipped"),
+            None => title.to_string(),
+        };
         let mut builder = ChartBuilder::on(panel);
         builder.margin(MARGIN_PX);
         if with_text {
@@ -109,7 +132,7 @@ pub fn plot(series: &[Series], out: &Path, with_text: bool) -> Result<(), Error>
         mesh.draw().map_err(|e| plot_error(&e))?;
         for (index, run) in series.iter().enumerate() {
             let colour = Palette99::pick(index).stroke_width(LINE_WIDTH);
-            let points = shown(&run.records).into_iter().map(|r| (r.step, value(&r)));
+            let points = shown(&run.records).into_iter().map(|r| (r.step, value(&r).min(max_y)));
             let drawn =
                 chart.draw_series(LineSeries::new(points, colour)).map_err(|e| plot_error(&e))?;
             if with_text {
