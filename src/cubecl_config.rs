@@ -12,11 +12,9 @@
 //! latter, keeping everything else of `cubecl.toml` and CubeCL's environment variables.
 //!
 //! ```no_run
-//! fn main() {
-//!     // First thing, before any tensor is created.
-//!     burn_flash_attn::enable_kernel_cache("target/kernel-cache").expect("CubeCL not configured yet");
-//!     // ... build the model and train: kernels compiled by an earlier run are loaded, not compiled.
-//! }
+//! // First thing in `main`, before any tensor is created.
+//! burn_flash_attn::enable_kernel_cache("target/kernel-cache").expect("CubeCL not configured yet");
+//! // ... build the model and train: kernels compiled by an earlier run are loaded, not compiled.
 //! ```
 use std::path::PathBuf;
 use std::sync::Arc;

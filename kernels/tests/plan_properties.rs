@@ -109,7 +109,7 @@ fn check_cube(device: &Device, what: &str, units: u32, shared: usize) -> Result<
     let hardware = &device.props.hardware;
     let plane = hardware.plane_size_max;
     prop_assert!(units > 0 && units <= hardware.max_units_per_cube, "{what}: {units} units");
-    prop_assert!(units % plane == 0, "{what}: {units} units is not a whole number of {plane}-unit planes");
+    prop_assert!(units.is_multiple_of(plane), "{what}: {units} units is not a whole number of {plane}-unit planes");
     prop_assert!(
         shared <= hardware.max_shared_memory_size,
         "{what}: {shared} bytes of shared memory > {}",
@@ -129,7 +129,7 @@ fn check_forward(device: &Device, p: &AttentionProblem, layout: Layout, config: 
             prop_assert!(layout.rows_chunked, "mma forward planned for strided rows");
             prop_assert!(p.dtype != FloatKind::F32, "mma forward for f32");
             prop_assert_eq!(device.props.hardware.plane_size_max, 32);
-            prop_assert!(p.head_dim % 8 == 0 && p.val_dim % 8 == 0);
+            prop_assert!(p.head_dim.is_multiple_of(8) && p.val_dim.is_multiple_of(8));
         }
         ForwardPath::Matrix => {
             let caps = DeviceCaps::new(&device.props, device.runtime);

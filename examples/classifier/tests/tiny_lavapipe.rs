@@ -28,7 +28,9 @@ fn tiny_classifier_trains_through_the_learner() {
     let mut texts = Texts::generated(5);
     texts.items.truncate(TEXTS);
     let encoder = BurnEncoderConfig::new(32, 64, 2, 1).with_dropout(0.1).with_norm_first(true);
-    // The flash build's config type is burn-flash-attn's, converted from burn-nn's.
+    // The flash build's config type is burn-flash-attn's, converted from burn-nn's (the same
+    // type without the feature, where the conversion is the identity).
+    #[allow(clippy::useless_conversion)]
     let model = ClassifierConfig::new(encoder.into(), texts.num_classes(), 128);
     let artifacts = std::env::temp_dir().join(format!("flash-classifier-test-{}", std::process::id()));
     let config = TrainConfig {

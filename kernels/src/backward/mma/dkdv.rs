@@ -412,7 +412,8 @@ impl<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> BlockBody for QueryBlo
             // A skipped plane's keys see none of the block: its rows of dS^T are zeros. Every
             // plane reaches the sync (the skip above is per plane).
             if !needed {
-                clear_ds_rows::<F>(&mut state.ds_tile, inputs.plane_row, inputs.lane, config);
+                let zeros = zero_accumulators(comptime!(config.block_q / TILE_N));
+                store_ds_rows::<F>(&mut state.ds_tile, &zeros, inputs.plane_row, inputs.lane, config);
             }
             sync_cube();
             add_dq_share::<F, D, N>(
@@ -546,23 +547,6 @@ fn store_ds_rows<F: Float>(
         for h in 0..2u32 {
             ds_tile[ds_pair_index(plane_row, lane, j, h, config)] =
                 Pair::<F>::cast_from(dst[(j * ACC_REGS + h) as usize]);
-        }
-    }
-}
-
-/// Zeros for this plane's rows of the dS^T tile.
-#[cube]
-fn clear_ds_rows<F: Float>(
-    ds_tile: &mut SharedMemory<Pair<F>>,
-    plane_row: u32,
-    lane: Lane,
-    #[comptime] config: MmaGradientConfig,
-) {
-    #[unroll]
-    for j in 0..comptime!(config.block_q / TILE_N) {
-        #[unroll]
-        for h in 0..2u32 {
-            ds_tile[ds_pair_index(plane_row, lane, j, h, config)] = Pair::<F>::zeroed();
         }
     }
 }
