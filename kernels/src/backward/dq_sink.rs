@@ -1,10 +1,13 @@
 //! The one-pass backward's dQ (FlashAttention-2's schedule): the dK/dV kernel, which already
-//! holds dS and K of each block pair in shared memory, also adds each pair's `dS K` into an
-//! f32 `[batch, num_heads, seq_q, head_dim]` accumulator with atomic adds, and
+//! has dS and K of each block pair (the portable kernel in its shared f32 tiles; the mma kernel
+//! dS in registers, which it stores to a shared tile for this, see [`super::mma`]'s dK/dV), also
+//! adds each pair's `dS K` into an f32 `[batch, num_heads, seq_q, head_dim]` accumulator with
+//! atomic adds, and
 //! [`launch_finish_dq`] writes `dq = scale * accumulator` in the input dtype: 5 products per
 //! pair (S, dP, dV, dK, dQ) where the two-kernel backward recomputes S and dP in its dQ kernel
 //! (7). The order in which the key/value blocks' shares arrive varies from run to run, so dQ
-//! does too (in its last bits); dK and dV do not.
+//! does too (in its last bits); dK and dV do not. Opt-in (`plan::DqAccumulation::Atomic`): on
+//! the H200 the mma one pass measured 0.75-0.94x the two-kernel backward (benches/RESULTS.md).
 //!
 //! Which kernel variant accumulates is a type, [`DqSink`]: [`AtomicDq`] binds the accumulator
 //! as `Atomic<f32>` (a device needs f32 atomic add for it), [`NoDq`] as plain f32 and adds
