@@ -153,21 +153,29 @@ struct Only {
 }
 
 fn speed(shapes: &[[usize; 4]], only: Only) {
-    println!("impl,B,H,N,D,causal,pass,ms,tflops");
+    println!("{SPEED_CSV_HEADER}");
     for &shape in shapes {
         for causal in [false, true] {
-            let [b, h, n, d] = shape;
             for (name, pass, factor, bench) in rows() {
                 if (only.flash && name != "flash") || (only.forward && pass != "fwd") {
                     continue;
                 }
                 let ms = time(bench(shape, causal));
                 check_route(name, shape);
-                let tflops = forward_flops(shape, causal) * factor / ms / 1e9;
-                println!("{name},{b},{h},{n},{d},{causal},{pass},{ms:.3},{tflops:.1}");
+                print_speed_row(name, shape, causal, pass, factor, ms);
             }
         }
     }
+}
+
+/// The speed modes' CSV columns (those of `../shared/anchors/torch_attention.py`).
+const SPEED_CSV_HEADER: &str = "impl,B,H,N,D,causal,pass,ms,tflops";
+
+/// One row under [`SPEED_CSV_HEADER`].
+fn print_speed_row(name: &str, shape: [usize; 4], causal: bool, pass: &str, flop_factor: f64, ms: f64) {
+    let [b, h, n, d] = shape;
+    let tflops = forward_flops(shape, causal) * flop_factor / ms / 1e9;
+    println!("{name},{b},{h},{n},{d},{causal},{pass},{ms:.3},{tflops:.1}");
 }
 
 /// Rounds of the `dq-ab` mode per shape.
@@ -178,17 +186,16 @@ const AB_ROUNDS: usize = 3;
 /// device during the run weighs on both alike. Rows `flash-dq-kernel` / `flash-dq-atomic`.
 fn dq_ab(shapes: &[[usize; 4]], base: burn_flash_attn::Tuning) {
     use burn_flash_attn::kernels::plan::DqAccumulation;
-    println!("impl,B,H,N,D,causal,pass,ms,tflops");
+    println!("{SPEED_CSV_HEADER}");
     for &shape in shapes {
         for causal in [false, true] {
-            let [b, h, n, d] = shape;
             for _ in 0..AB_ROUNDS {
                 for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
                     burn_flash_attn::set_tuning(base.with_backward_dq(Some(dq)));
                     let ms = time(train::<Flash<Autodiff<Inner>>>(shape, causal));
                     check_route("flash", shape);
-                    let tflops = forward_flops(shape, causal) * TRAIN_FLOP_FACTOR / ms / 1e9;
-                    println!("flash-dq-{},{b},{h},{n},{d},{causal},fwd+bwd,{ms:.3},{tflops:.1}", dq.name());
+                    let name = format!("flash-dq-{}", dq.name());
+                    print_speed_row(&name, shape, causal, "fwd+bwd", TRAIN_FLOP_FACTOR, ms);
                 }
             }
         }

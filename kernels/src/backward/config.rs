@@ -6,7 +6,7 @@
 //! lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks for a fixed
 //! key/value block; dQ iterates over key/value blocks for a fixed query block.
 use crate::config::{ASYNC_BARRIER_BYTES, MATRIX_TILE, MMA_CHUNK, MMA_ELEM_BYTES};
-use crate::primitives::chunk_io::{PairShape, tile_stride};
+use crate::primitives::chunk_io::{CHUNK_PAIRS, PairShape, tile_stride};
 use crate::primitives::mma::LANES as MMA_LANES;
 use crate::primitives::score::ScoreOptions;
 
@@ -296,21 +296,21 @@ impl MmaGradientConfig {
         }
     }
 
-    /// Row stride, in chunks, of the one-pass dK/dV kernel's dS^T tile (`block_kv` key rows of
-    /// `block_q` query columns): odd, like every chunked tile's.
-    pub fn ds_tile_stride(&self) -> u32 {
-        tile_stride(self.block_q)
+    /// Whether the kernel holds the dS^T tile: the one-pass dK/dV kernel.
+    fn has_ds_tile(&self) -> bool {
+        self.atomic_dq && self.kernel == BackwardKernel::KeyValue
+    }
+
+    /// Row stride, in f16/bf16 pairs, of the one-pass dK/dV kernel's dS^T tile (`block_kv` key
+    /// rows of `block_q` query columns): an odd number of chunks, like every chunked tile's.
+    pub fn ds_tile_row_pairs(&self) -> u32 {
+        tile_stride(self.block_q) * CHUNK_PAIRS
     }
 
     /// Elements (f16/bf16 pairs) of the dS^T tile: one 16-byte chunk's worth where the kernel
     /// uses none (a shared array cannot be empty; unused, it is not declared).
     pub fn ds_tile_pairs(&self) -> u32 {
-        let chunk_pairs = MMA_CHUNK / 2;
-        if self.atomic_dq && self.kernel == BackwardKernel::KeyValue {
-            self.block_kv * self.ds_tile_stride() * chunk_pairs
-        } else {
-            chunk_pairs
-        }
+        if self.has_ds_tile() { self.block_kv * self.ds_tile_row_pairs() } else { CHUNK_PAIRS }
     }
 
     /// Shared memory the kernel declares, in bytes.
@@ -327,11 +327,7 @@ impl MmaGradientConfig {
         let barrier = if self.async_inner { ASYNC_BARRIER_BYTES } else { 0 };
         // The dS^T tile (a whole number of 16-byte chunks: it adds no padding); the kernels
         // without one never touch their stand-in, and the compiler drops it.
-        let ds = if self.atomic_dq && self.kernel == BackwardKernel::KeyValue {
-            self.ds_tile_pairs() as usize * 2 * MMA_ELEM_BYTES
-        } else {
-            0
-        };
+        let ds = if self.has_ds_tile() { self.ds_tile_pairs() as usize * 2 * MMA_ELEM_BYTES } else { 0 };
         chunks * chunk_bytes + ds + row_stats + barrier
     }
 }

@@ -44,7 +44,7 @@ use crate::checks::{
     ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::error::FlashError;
-use crate::plan::{BackwardPlan, Layout};
+use crate::plan::{BackwardPlan, DqAccumulation, Layout};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 pub use config::{
@@ -238,16 +238,15 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     };
     let (dk_heads, dv_heads) = (per_head(&dk), per_head(&dv));
     let (dk_out, dv_out) = (dk_heads.clone(), dv_heads.clone());
-    // The one-pass config's dK/dV kernel adds dQ into `dq_acc`.
-    let mut dq_acc = None;
-    let dq_shape = [problem.batch, problem.num_heads, problem.seq_q, problem.head_dim];
-    match plan.dkdv.config {
-        GradientConfig::Mma(config) if config.atomic_dq => {
-            let acc = dq_sink::zeroed_accumulator(client, dq_shape);
-            dq_acc = Some(acc.clone());
+    // The one-pass plan's dK/dV kernel adds dQ into `dq_acc`.
+    let dq_acc = (plan.dq_accumulation() == DqAccumulation::Atomic).then(|| {
+        dq_sink::zeroed_accumulator(client, [problem.batch, problem.num_heads, problem.seq_q, problem.head_dim])
+    });
+    match (plan.dkdv.config, dq_acc.clone()) {
+        (GradientConfig::Mma(config), Some(acc)) => {
             mma::launch_dkdv_dq_mma::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
         }
-        GradientConfig::Mma(config) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
+        (GradientConfig::Mma(config), None) => mma::flash_attention_backward_dkdv_mma::<R, F, M>(
             client,
             problem,
             inputs.clone(),
@@ -255,12 +254,10 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
             dv_out,
             config,
         ),
-        GradientConfig::Portable(config) if config.atomic_dq => {
-            let acc = dq_sink::zeroed_accumulator(client, dq_shape);
-            dq_acc = Some(acc.clone());
+        (GradientConfig::Portable(config), Some(acc)) => {
             dkdv::launch_dkdv_dq::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
         }
-        GradientConfig::Portable(config) => flash_attention_backward_dkdv::<R, F, M>(
+        (GradientConfig::Portable(config), None) => flash_attention_backward_dkdv::<R, F, M>(
             client,
             problem,
             inputs.clone(),

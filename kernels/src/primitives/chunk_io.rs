@@ -10,6 +10,9 @@ use super::mma::TILE_M;
 /// paths load, and what their inputs' rows must be made of.
 pub const CHUNK: u32 = 8;
 
+/// f16/bf16 pairs (one 32-bit word each) in a chunk: the unit of a tile stored in pairs.
+pub const CHUNK_PAIRS: u32 = CHUNK / 2;
+
 /// Chunks of a tile row that holds `dim` elements: padded to the mma tile.
 pub const fn tile_chunks(dim: u32) -> u32 {
     dim.next_multiple_of(TILE_M) / CHUNK

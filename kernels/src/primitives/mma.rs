@@ -18,7 +18,7 @@
 use cubecl::cmma::{MatrixIdent, MmaDefinition};
 use cubecl::prelude::*;
 
-use super::chunk_io::CHUNK;
+use super::chunk_io::CHUNK_PAIRS;
 
 /// Two elements of a fragment register (f16/bf16 pairs in A/B, f32 pairs in accumulators).
 pub type Pair<E> = Vector<E, Const<2>>;
@@ -166,8 +166,7 @@ pub fn load_a_transposed<F: Float>(
     let lane = UNIT_POS_PLANE;
     let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
     let chunk = first_chunk + (lane / LDMATRIX_ROWS) % 2;
-    let pairs_per_chunk = comptime!(CHUNK / 2);
-    ldmatrix_x4::<F, Const<2>>(tile, row * stride + chunk * pairs_per_chunk, MatrixIdent::A, true)
+    ldmatrix_x4::<F, Const<2>>(tile, row * stride + chunk * CHUNK_PAIRS, MatrixIdent::A, true)
 }
 
 /// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows

@@ -1,14 +1,5 @@
-//! The mma dK/dV kernel (see the parent module), and its one-pass variant: with
-//! [`MmaGradientConfig::atomic_dq`] each plane also stores its dS^T (16 key rows x `block_q`
-//! query columns, rounded to the input type as dK's product uses it) into a shared tile, and
-//! after a cube sync the planes compute the pair's dQ share `dS K` (`[block_q, head_dim]`) from
-//! that tile and the K tile, 16 rows x 16 columns per work item, and add it to the f32
-//! accumulator with atomic adds ([`crate::backward::dq_sink`]):
-//! ```text
-//! dS^T regs --Pair stores--> ds tile [block_kv keys][block_q queries]
-//!                                      |  ldmatrix.trans (A = dS, rows = queries)
-//!   dQ_acc[q_start.., :] += dS K  <----+  K tile by columns (B)
-//! ```
+//! The mma dK/dV kernel (see the parent module); with [`MmaGradientConfig::atomic_dq`] it is
+//! the one-pass kernel, which also adds each block pair's dQ share ([`super::dq_share`]).
 use cubecl::prelude::*;
 
 use core::marker::PhantomData;
@@ -18,13 +9,14 @@ use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_b
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, accumulate_product, lane,
-    load_a_transposed, load_b_by_cols, mma_tile_pair, product_with_rows, zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
+    zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
+use super::dq_share::{add_dq_share, store_ds_rows};
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
 use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
 use crate::backward::GradientInputs;
@@ -276,7 +268,7 @@ struct QueryInputs<F: Float, M: Int, N: Size> {
 #[derive(CubeType)]
 struct QueryState<F: Float, S: PairStream, D: DqSink, N: Size> {
     tiles: PairTiles<F, N>,
-    /// One-pass only: `[block_kv][ds_tile_stride chunks]`, dS^T of the current block pair.
+    /// One-pass only: `[block_kv][ds_tile_row_pairs]`, dS^T of the current block pair.
     ds_tile: SharedMemory<Pair<F>>,
     dq_acc: Tensor<D::Acc>,
     lse_tile: SharedMemory<f32>,
@@ -519,90 +511,5 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     );
     if comptime!(config.atomic_dq) {
         store_ds_rows::<F>(ds_tile, &dpt, plane_row, lane, config);
-    }
-}
-
-/// Where this lane's pair of accumulator tile `j`, row half `h` goes in the dS^T tile: key row
-/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`.
-#[cube]
-fn ds_pair_index(plane_row: u32, lane: Lane, #[comptime] j: u32, #[comptime] h: u32, #[comptime] config: MmaGradientConfig) -> usize {
-    let stride = comptime!(config.ds_tile_stride() * (TILE_N / 2));
-    let key = plane_row + lane.group + h * BOTTOM_ROW;
-    (key * stride + j * (TILE_N / 2) + lane.quad) as usize
-}
-
-/// Stores this plane's dS^T (accumulators `dst`, 16 key rows x `block_q` query columns) into
-/// the dS^T tile, rounded to `F` as the dK product rounds it.
-#[cube]
-fn store_ds_rows<F: Float>(
-    ds_tile: &mut SharedMemory<Pair<F>>,
-    dst: &Array<Pair<f32>>,
-    plane_row: u32,
-    lane: Lane,
-    #[comptime] config: MmaGradientConfig,
-) {
-    #[unroll]
-    for j in 0..comptime!(config.block_q / TILE_N) {
-        #[unroll]
-        for h in 0..2u32 {
-            ds_tile[ds_pair_index(plane_row, lane, j, h, config)] =
-                Pair::<F>::cast_from(dst[(j * ACC_REGS + h) as usize]);
-        }
-    }
-}
-
-/// The one-pass backward's share of this block pair: `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
-/// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, one f32
-/// atomic add per element. Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
-/// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
-/// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
-/// there are zeros, so the keys need no bound.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn add_dq_share<F: Float, D: DqSink, N: Size>(
-    dq_acc: &mut Tensor<D::Acc>,
-    ds_tile: &SharedMemory<Pair<F>>,
-    k_tile: &SharedMemory<Vector<F, N>>,
-    batch: u32,
-    head: u32,
-    q_start: u32,
-    seq_q: u32,
-    lane: Lane,
-    #[comptime] config: MmaGradientConfig,
-) {
-    let row_tiles = comptime!(config.block_q / TILE_M);
-    let items = comptime!(row_tiles * config.mma_head_steps());
-    let ds_stride = comptime!(config.ds_tile_stride() * (TILE_N / 2));
-    let hs = comptime!(config.mma_head_stride());
-    let base = batch as usize * dq_acc.stride(0) + head as usize * dq_acc.stride(1);
-    let mut item = UNIT_POS_Y;
-    while item < items {
-        let (row_tile, step) = (item % row_tiles, item / row_tiles);
-        let mut share = zero_accumulators(2u32);
-        #[unroll]
-        for kk in 0..comptime!(config.block_kv / TILE_M) {
-            let a = load_a_transposed::<F>(ds_tile, kk * TILE_M, row_tile * 2, ds_stride);
-            let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, step);
-            mma_tile_pair::<F>(&a, &b, &mut share, 0u32);
-        }
-        #[unroll]
-        for h in 0..2u32 {
-            let row = q_start + row_tile * TILE_M + lane.group + h * BOTTOM_ROW;
-            if row < seq_q {
-                let row_base = base + row as usize * dq_acc.stride(2);
-                #[unroll]
-                for t in 0..2u32 {
-                    let pair = share[(t * ACC_REGS + h) as usize];
-                    #[unroll]
-                    for e in 0..2u32 {
-                        let col = step * TILE_M + t * TILE_N + lane.quad * 2 + e;
-                        if col < config.head_dim {
-                            D::add(dq_acc, row_base + col as usize * dq_acc.stride(3), pair[e as usize]);
-                        }
-                    }
-                }
-            }
-        }
-        item += comptime!(config.planes());
     }
 }

@@ -34,6 +34,7 @@ use crate::primitives::block_stream::{Masking, StreamSchedule, Streams};
 
 mod dkdv;
 mod dq;
+mod dq_share;
 mod query_stats;
 
 pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
