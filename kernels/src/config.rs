@@ -8,6 +8,7 @@
 //!               ├─ Matrix(MatrixConfig)      forward/matrix.rs   ┘ (SplitRows: how rows split)
 //!               └─ Mma(MmaConfig)            forward/mma/
 //! ```
+use crate::primitives::arena::Carver;
 use crate::primitives::chunk_io::{PairShape, tile_stride};
 use crate::primitives::dot::DotSum;
 use crate::primitives::mma::LANES as MMA_LANES;
@@ -211,14 +212,40 @@ impl PortableConfig {
         self.block_kv + 1
     }
 
+    /// Where each tile lies in the kernel's one shared f32 allocation.
+    pub fn tile_layout(&self) -> PortableTileLayout {
+        let mut at = Carver::default();
+        let (bq, bkv) = (self.block_q, self.block_kv);
+        PortableTileLayout {
+            q: at.take(bq * self.head_dim_tile()),
+            k: at.take(bkv * self.head_dim_tile()),
+            v: at.take(bkv * self.val_dim_tile()),
+            p: at.take(bq * self.score_tile_cols()),
+            partial_max: at.take(self.units()),
+            partial_sum: at.take(self.units()),
+            len: at.len(),
+        }
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
-        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
-        let partials = 2 * bq * self.units_per_row as usize * F32_BYTES;
-        let score_tile = bq * self.score_tile_cols() as usize;
-        (bq * dk + bkv * dk + bkv * dv + score_tile) * F32_BYTES + partials
+        self.tile_layout().len * F32_BYTES
     }
+}
+
+/// `[start, end)` in f32 elements of each tile of the portable forward inside its one shared
+/// allocation, in this order (one allocation, so that the kernel is generated the same in every
+/// run: see [`crate::primitives::arena`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct PortableTileLayout {
+    pub q: (usize, usize),
+    pub k: (usize, usize),
+    pub v: (usize, usize),
+    pub p: (usize, usize),
+    pub partial_max: (usize, usize),
+    pub partial_sum: (usize, usize),
+    /// Elements of the whole allocation.
+    pub len: usize,
 }
 
 impl SplitsRows for PortableConfig {

@@ -287,3 +287,41 @@ fn gfx942_rocwmma_bf16_never_claims_the_matrix_path() {
         &claimed[..claimed.len().min(3)]
     );
 }
+
+/// The shared-memory layout of every compiled variant (all but the matrix forward's) is the
+/// same in every generation: the portable kernels carve their tiles from one allocation
+/// (`primitives::arena`), where CubeCL would place separate arrays in a hash set's order,
+/// different in every process, and the gfx942 register use with them (the offline compile of
+/// one generation would then say nothing certain about the next). Each source is generated
+/// twice; the two optimizer runs hash with different keys.
+#[test]
+fn gfx942_shared_memory_layout_is_the_same_in_every_generation() {
+    let client = OfflineHip::<Intrinsics>::client_for(GFX942);
+    let runtime = <OfflineHip<Intrinsics> as cubecl::Runtime>::name(&client);
+    let caps = DeviceCaps::new(client.properties(), runtime);
+    let (_, compiled) = grid();
+    let layout = |source: &str| -> Vec<String> {
+        source
+            .lines()
+            .filter(|line| line.contains("dynamic_shared_mem[") || line.starts_with("// Shared array size"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut differing = Vec::new();
+    for (name, (variant, _)) in routed_variants(&caps, &compiled) {
+        if variant.claims_matrix() {
+            continue;
+        }
+        let first = hip_source(&client, &variant).expect("a HIP source");
+        let second = hip_source(&client, &variant).expect("a HIP source");
+        if layout(&first.source) != layout(&second.source) {
+            differing.push(name);
+        }
+    }
+    assert!(
+        differing.is_empty(),
+        "{} variants placed their shared memory differently in two generations: {:?}",
+        differing.len(),
+        &differing[..differing.len().min(3)]
+    );
+}

@@ -11,6 +11,7 @@
 //! multiply their accumulated `dS K` / `dS^T Q` by `scale` once, when they write.
 use cubecl::prelude::*;
 
+use crate::primitives::arena::carve;
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
@@ -19,25 +20,26 @@ use crate::primitives::tile_io::{head_view, load_tile, row_stat};
 
 use super::config::PortableGradientConfig;
 
-/// The f32 shared-memory tiles of one block pair, row-major.
+/// The f32 shared-memory tiles of one block pair, row-major: views of one shared allocation
+/// laid out by [`PortableGradientConfig::tile_layout`].
 #[derive(CubeType)]
 pub struct BlockPairTiles {
     /// `[block_q, head_dim_tile]`.
-    pub q: SharedMemory<f32>,
+    pub q: Slice<f32, ReadWrite>,
     /// `[block_q, val_dim_tile]`.
-    pub d_out: SharedMemory<f32>,
+    pub d_out: Slice<f32, ReadWrite>,
     /// `[block_kv, head_dim_tile]`.
-    pub k: SharedMemory<f32>,
+    pub k: Slice<f32, ReadWrite>,
     /// `[block_kv, val_dim_tile]`.
-    pub v: SharedMemory<f32>,
-    /// `[block_q, score_tile_cols]`: P (dK/dV kernel only; one element otherwise).
-    pub p: SharedMemory<f32>,
+    pub v: Slice<f32, ReadWrite>,
+    /// `[block_q, score_tile_cols]`: P (dK/dV kernel only; empty otherwise).
+    pub p: Slice<f32, ReadWrite>,
     /// `[block_q, score_tile_cols]`: dS.
-    pub ds: SharedMemory<f32>,
+    pub ds: Slice<f32, ReadWrite>,
     /// `[block_q]`: the forward's log-sum-exp of each query row.
-    pub lse: SharedMemory<f32>,
+    pub lse: Slice<f32, ReadWrite>,
     /// `[block_q]`: `rowsum(d_out ∘ o)` of each query row.
-    pub delta: SharedMemory<f32>,
+    pub delta: Slice<f32, ReadWrite>,
 }
 
 /// Where a block pair sits inside its (batch, head).
@@ -56,23 +58,49 @@ pub struct BlockPair {
 
 #[cube]
 pub fn new_tiles(#[comptime] config: PortableGradientConfig) -> BlockPairTiles {
+    let layout = comptime!(config.tile_layout());
+    let mut arena = SharedMemory::<f32>::new(comptime!(layout.len));
     BlockPairTiles {
-        q: SharedMemory::new(comptime!(
-            (config.block_q * config.head_dim_tile()) as usize
-        )),
-        d_out: SharedMemory::new(comptime!((config.block_q * config.val_dim_tile()) as usize)),
-        k: SharedMemory::new(comptime!(
-            (config.block_kv * config.head_dim_tile()) as usize
-        )),
-        v: SharedMemory::new(comptime!(
-            (config.block_kv * config.val_dim_tile()) as usize
-        )),
-        p: SharedMemory::new(comptime!(config.p_tile_len() as usize)),
-        ds: SharedMemory::new(comptime!(
-            (config.block_q * config.score_tile_cols()) as usize
-        )),
-        lse: SharedMemory::new(comptime!(config.block_q as usize)),
-        delta: SharedMemory::new(comptime!(config.block_q as usize)),
+        q: carve(&mut arena, layout.q),
+        d_out: carve(&mut arena, layout.d_out),
+        k: carve(&mut arena, layout.k),
+        v: carve(&mut arena, layout.v),
+        p: carve(&mut arena, layout.p),
+        ds: carve(&mut arena, layout.ds),
+        lse: carve(&mut arena, layout.lse),
+        delta: carve(&mut arena, layout.delta),
+    }
+}
+
+/// Row and column of element `UNIT_POS + t * units` of a row-major `[rows, dim]` block, the
+/// `t`-th element a unit accumulates (`t` from an unrolled loop). Past the block (the last
+/// unit's remainder) it is clamped onto an element of the block's last row, whose sum the
+/// caller never writes.
+///
+/// Where `units` is a multiple of `dim` (or `dim` of `units`) the column is the same for every
+/// `t` (or `UNIT_POS` plus a constant) and the row a constant step: the tile addresses become
+/// one register plus immediate offsets. Through `e / dim, e % dim` LLVM hoists one address
+/// per `t` and tile out of the query loop instead, all of them live through it: on gfx942, 6
+/// one-pass dK/dV variants spilled that way (docs/HIP.md, gap 2, also for the variants this
+/// form puts on another register cliff).
+#[cube]
+pub fn unit_element(t: u32, #[comptime] rows: u32, #[comptime] dim: u32, #[comptime] units: u32) -> (u32, u32) {
+    let total = comptime!(rows * dim);
+    if comptime!(units.is_multiple_of(dim)) {
+        let row = UNIT_POS / dim + t * comptime!(units / dim);
+        if comptime!(total.is_multiple_of(units)) {
+            (row, UNIT_POS % dim)
+        } else {
+            // Clamped rows of the last unit: the last row, the column unchanged (in the block).
+            (min(row, comptime!(rows - 1)), UNIT_POS % dim)
+        }
+    } else if comptime!(dim.is_multiple_of(units)) {
+        // `t * units` stays inside one row for `dim / units` steps: constant row and offset.
+        let offset = t * units;
+        (offset / dim, UNIT_POS + offset % dim)
+    } else {
+        let e = min(UNIT_POS + t * units, comptime!(total - 1));
+        (e / dim, e % dim)
     }
 }
 

@@ -6,6 +6,7 @@
 //! lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks for a fixed
 //! key/value block; dQ iterates over key/value blocks for a fixed query block.
 use crate::config::{ASYNC_BARRIER_BYTES, MATRIX_TILE, MMA_CHUNK, MMA_ELEM_BYTES};
+use crate::primitives::arena::Carver;
 use crate::primitives::chunk_io::{CHUNK_PAIRS, PairShape, tile_stride};
 use crate::primitives::mma::LANES as MMA_LANES;
 use crate::primitives::score::ScoreOptions;
@@ -198,24 +199,50 @@ impl PortableGradientConfig {
         self.kernel == BackwardKernel::KeyValue
     }
 
-    /// Elements of the P tile (1 when it is not kept: shared arrays cannot be empty).
+    /// Elements of the P tile (0 when it is not kept).
     pub fn p_tile_len(&self) -> u32 {
-        if self.keeps_p() {
-            self.block_q * self.score_tile_cols()
-        } else {
-            1
+        if self.keeps_p() { self.block_q * self.score_tile_cols() } else { 0 }
+    }
+
+    /// Where each tile of [`super::block_pair::BlockPairTiles`] lies in the kernel's one shared
+    /// f32 allocation.
+    pub fn tile_layout(&self) -> PairTileLayout {
+        let mut at = Carver::default();
+        let (bq, bkv) = (self.block_q, self.block_kv);
+        PairTileLayout {
+            q: at.take(bq * self.head_dim_tile()),
+            d_out: at.take(bq * self.val_dim_tile()),
+            k: at.take(bkv * self.head_dim_tile()),
+            v: at.take(bkv * self.val_dim_tile()),
+            p: at.take(self.p_tile_len()),
+            ds: at.take(bq * self.score_tile_cols()),
+            lse: at.take(bq),
+            delta: at.take(bq),
+            len: at.len(),
         }
     }
 
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
-        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        let rows_dims = (bq + bkv) * (self.head_dim_tile() + self.val_dim_tile()) as usize;
-        let ds = bq * self.score_tile_cols() as usize;
-        // lse and delta of the query block.
-        let row_stats = 2 * bq;
-        (rows_dims + ds + self.p_tile_len() as usize + row_stats) * F32_BYTES
+        self.tile_layout().len * F32_BYTES
     }
+}
+
+/// `[start, end)` in f32 elements of each tile of a block pair inside the kernel's one shared
+/// allocation, in this order (one allocation, so that the kernel is generated the same in every
+/// run: see [`crate::primitives::arena`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct PairTileLayout {
+    pub q: (usize, usize),
+    pub d_out: (usize, usize),
+    pub k: (usize, usize),
+    pub v: (usize, usize),
+    pub p: (usize, usize),
+    pub ds: (usize, usize),
+    pub lse: (usize, usize),
+    pub delta: (usize, usize),
+    /// Elements of the whole allocation.
+    pub len: usize,
 }
 
 /// The mma gradient kernels: one plane of 32 lanes per 16 accumulated rows, the inner block

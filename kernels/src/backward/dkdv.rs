@@ -23,6 +23,7 @@ use super::dq_sink::{AtomicDq, DqSink, NoDq};
 use crate::checks::stand_in;
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
+    unit_element,
 };
 use super::compensated::CompensatedSums;
 use super::config::{BackwardKernel, PortableGradientConfig};
@@ -254,18 +255,14 @@ fn accumulate_query_block<F: Float, M: Int>(
     let score_cols = config.score_tile_cols();
     let dk_cols = config.head_dim_tile();
     let dv_cols = config.val_dim_tile();
-    // Element e of a [block_kv, dim] block is row e / dim, column e % dim. Elements past the
-    // block (the last unit's remainder) are clamped onto the last one and never written.
-    let dk_last = config.block_kv * config.head_dim - 1;
-    let dv_last = config.block_kv * config.val_dim - 1;
+    // This unit's elements of the [block_kv, dim] blocks: `unit_element`.
     // Groups of rows summed plainly, then added to the compensated totals.
     let group = config.sum_group();
     for first in 0..config.block_q / group {
         let i0 = first * group;
         #[unroll]
         for t in 0..config.val_acc_per_unit() {
-            let e = min(UNIT_POS + t * config.units, dv_last);
-            let (j, c) = (e / config.val_dim, e % config.val_dim);
+            let (j, c) = unit_element(t, config.block_kv, config.val_dim, config.units);
             let mut group_sum = 0.0f32;
             #[unroll]
             for r in 0..group {
@@ -277,8 +274,7 @@ fn accumulate_query_block<F: Float, M: Int>(
         }
         #[unroll]
         for t in 0..config.head_acc_per_unit() {
-            let e = min(UNIT_POS + t * config.units, dk_last);
-            let (j, c) = (e / config.head_dim, e % config.head_dim);
+            let (j, c) = unit_element(t, config.block_kv, config.head_dim, config.units);
             let mut group_sum = 0.0f32;
             #[unroll]
             for r in 0..group {

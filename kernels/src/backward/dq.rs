@@ -19,6 +19,7 @@ use crate::problem::AttentionProblem;
 use super::GradientInputs;
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
+    unit_element,
 };
 use super::compensated::CompensatedSums;
 use super::config::{BackwardKernel, PortableGradientConfig};
@@ -206,17 +207,14 @@ fn accumulate_kv_block<F: Float, M: Int>(
 
     let score_cols = config.score_tile_cols();
     let dk_cols = config.head_dim_tile();
-    // Element e of the [block_q, head_dim] block is row e / head_dim, column e % head_dim; the
-    // last unit's remainder is clamped onto the last element and never written.
-    let last = config.block_q * config.head_dim - 1;
+    // This unit's elements of the [block_q, head_dim] block: `unit_element`.
     // Groups of columns summed plainly, then added to the compensated totals.
     let group = config.sum_group();
     for first in 0..config.block_kv / group {
         let j0 = first * group;
         #[unroll]
         for t in 0..config.head_acc_per_unit() {
-            let e = min(UNIT_POS + t * config.units, last);
-            let (i, c) = (e / config.head_dim, e % config.head_dim);
+            let (i, c) = unit_element(t, config.block_q, config.head_dim, config.units);
             let mut group_sum = 0.0f32;
             #[unroll]
             for r in 0..group {

@@ -140,7 +140,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         load_tile::<F, F>(
             q,
             q_view,
-            &mut tiles.q,
+            &mut tiles.q.to_slice_mut(),
             q_start,
             config.block_q,
             config.head_dim,
@@ -180,7 +180,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         load_tile::<F, F>(
             k,
             k_view,
-            &mut tiles.k,
+            &mut tiles.k.to_slice_mut(),
             kv_start,
             bkv,
             config.head_dim,
@@ -190,7 +190,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         load_tile::<F, F>(
             v,
             v_view,
-            &mut tiles.v,
+            &mut tiles.v.to_slice_mut(),
             kv_start,
             bkv,
             config.val_dim,
@@ -238,9 +238,9 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         let alpha = softmax_block::<F>(
             &logits,
             softmax,
-            &mut tiles.p,
-            &mut tiles.partial_max,
-            &mut tiles.partial_sum,
+            &mut tiles.p.to_slice_mut(),
+            &mut tiles.partial_max.to_slice_mut(),
+            &mut tiles.partial_sum.to_slice_mut(),
             role,
             params,
             kv_start,

@@ -8,6 +8,7 @@
 use cubecl::prelude::*;
 
 use crate::config::PortableConfig;
+use crate::primitives::arena::carve;
 use crate::primitives::dot::{fuses_dots, row_dot, row_dots};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
@@ -47,21 +48,22 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     }
 }
 
-/// Shared-memory tiles of one cube.
+/// Shared-memory tiles of one cube: views of one shared allocation laid out by
+/// [`PortableConfig::tile_layout`].
 #[derive(CubeType)]
 pub(crate) struct Tiles {
     /// `[block_q, head_dim_tile]` f32, loaded once.
-    q: SharedMemory<f32>,
+    q: Slice<f32, ReadWrite>,
     /// `[block_kv, head_dim_tile]` f32, one key block.
-    k: SharedMemory<f32>,
+    k: Slice<f32, ReadWrite>,
     /// `[block_kv, val_dim_tile]` f32, one value block.
-    v: SharedMemory<f32>,
+    v: Slice<f32, ReadWrite>,
     /// `[block_q, score_tile_cols]` f32, the probabilities of the current block.
-    p: SharedMemory<f32>,
+    p: Slice<f32, ReadWrite>,
     /// One f32 per unit: partial row maxima.
-    partial_max: SharedMemory<f32>,
+    partial_max: Slice<f32, ReadWrite>,
     /// One f32 per unit: partial row sums.
-    partial_sum: SharedMemory<f32>,
+    partial_sum: Slice<f32, ReadWrite>,
 }
 
 #[cube(launch_unchecked)]
@@ -96,21 +98,15 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
         #[comptime] config: PortableConfig,
     ) -> Tiles {
         let units = comptime!(config.units());
+        let layout = comptime!(config.tile_layout());
+        let mut arena = SharedMemory::<f32>::new(comptime!(layout.len));
         let mut tiles = Tiles {
-            q: SharedMemory::new(comptime!(
-                (config.block_q * config.head_dim_tile()) as usize
-            )),
-            k: SharedMemory::new(comptime!(
-                (config.block_kv * config.head_dim_tile()) as usize
-            )),
-            v: SharedMemory::new(comptime!(
-                (config.block_kv * config.val_dim_tile()) as usize
-            )),
-            p: SharedMemory::new(comptime!(
-                (config.block_q * config.score_tile_cols()) as usize
-            )),
-            partial_max: SharedMemory::new(units as usize),
-            partial_sum: SharedMemory::new(units as usize),
+            q: carve(&mut arena, layout.q),
+            k: carve(&mut arena, layout.k),
+            v: carve(&mut arena, layout.v),
+            p: carve(&mut arena, layout.p),
+            partial_max: carve(&mut arena, layout.partial_max),
+            partial_sum: carve(&mut arena, layout.partial_sum),
         };
         load_tile::<F, f32>(
             q,

@@ -91,9 +91,9 @@ pub(crate) fn unit_role(q_start: u32, seq_q: u32, #[comptime] units_per_row: u32
 pub(crate) fn softmax_block<P: Float>(
     logits: &Array<f32>,
     softmax: &mut OnlineSoftmax,
-    p_tile: &mut SharedMemory<P>,
-    partial_max: &mut SharedMemory<f32>,
-    partial_sum: &mut SharedMemory<f32>,
+    p_tile: &mut Slice<P, ReadWrite>,
+    partial_max: &mut Slice<f32, ReadWrite>,
+    partial_sum: &mut Slice<f32, ReadWrite>,
     role: UnitRole,
     params: &ScoreParams,
     kv_start: u32,

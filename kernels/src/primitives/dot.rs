@@ -45,9 +45,9 @@ pub fn fuses_dots(how: DotSum, count: u32) -> bool {
 /// from [`FUSED_DOTS_FROM`] rows: see [`fuses_dots`].
 #[cube]
 pub fn row_dots(
-    a: &SharedMemory<f32>,
+    a: &Slice<f32, ReadWrite>,
     a_start: usize,
-    b: &SharedMemory<f32>,
+    b: &Slice<f32, ReadWrite>,
     b_start: usize,
     #[comptime] b_stride: u32,
     #[comptime] len: u32,
@@ -116,9 +116,9 @@ fn pairwise_sum(sums: &Array<f32>, #[comptime] first: u32, #[comptime] n: u32) -
 /// `sum_d a[a_start + d] * b[b_start + d]` for `d < len`, summed as `how` says.
 #[cube]
 pub fn row_dot(
-    a: &SharedMemory<f32>,
+    a: &Slice<f32, ReadWrite>,
     a_start: usize,
-    b: &SharedMemory<f32>,
+    b: &Slice<f32, ReadWrite>,
     b_start: usize,
     #[comptime] len: u32,
     #[comptime] how: DotSum,
@@ -134,9 +134,9 @@ pub fn row_dot(
 /// `s + c` (TwoSum); the errors are summed aside and added once at the end.
 #[cube]
 fn row_dot_compensated(
-    a: &SharedMemory<f32>,
+    a: &Slice<f32, ReadWrite>,
     a_start: usize,
-    b: &SharedMemory<f32>,
+    b: &Slice<f32, ReadWrite>,
     b_start: usize,
     #[comptime] len: u32,
 ) -> f32 {
@@ -157,9 +157,9 @@ fn row_dot_compensated(
 
 #[cube]
 fn row_dot_f64(
-    a: &SharedMemory<f32>,
+    a: &Slice<f32, ReadWrite>,
     a_start: usize,
-    b: &SharedMemory<f32>,
+    b: &Slice<f32, ReadWrite>,
     b_start: usize,
     #[comptime] len: u32,
 ) -> f32 {
@@ -178,9 +178,9 @@ fn row_dot_f64(
 /// The [`DotSum::Plain`] sum: [`row_dots`] of one row.
 #[cube]
 fn row_dot_f32(
-    a: &SharedMemory<f32>,
+    a: &Slice<f32, ReadWrite>,
     a_start: usize,
-    b: &SharedMemory<f32>,
+    b: &Slice<f32, ReadWrite>,
     b_start: usize,
     #[comptime] len: u32,
 ) -> f32 {

@@ -2,6 +2,8 @@
 //!
 //! - [`score`]: the logit transform (scale, softcap, mask, causal, bias) shared by forward and
 //!   backward.
+//! - [`arena`]: the f32 tiles of a portable kernel as views of one shared allocation, laid out
+//!   the same in every run.
 //! - [`dot`]: f32 dot products of shared-memory rows.
 //! - [`mma`]: register-level 16x8x16 mma fragments, `ldmatrix` loads.
 //! - [`chunk_io`]: 16-byte-chunk rows between global memory, registers and padded tiles.
@@ -13,6 +15,7 @@
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
 //! - [`tile_io`]: strided global tiles to shared memory.
+pub mod arena;
 pub mod block_range;
 pub mod block_stream;
 pub mod chunk_io;

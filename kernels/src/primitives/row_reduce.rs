@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 /// Maximum of `value` over the `lanes` units of row `row`; `partials` holds one f32 per unit.
 #[cube]
 pub fn row_max(
-    partials: &mut SharedMemory<f32>,
+    partials: &mut Slice<f32, ReadWrite>,
     value: f32,
     row: u32,
     lane: u32,
@@ -27,7 +27,7 @@ pub fn row_max(
 /// Sum of `value` over the `lanes` units of row `row`; `partials` holds one f32 per unit.
 #[cube]
 pub fn row_sum(
-    partials: &mut SharedMemory<f32>,
+    partials: &mut Slice<f32, ReadWrite>,
     value: f32,
     row: u32,
     lane: u32,

@@ -35,7 +35,7 @@ pub fn head_view<E: CubePrimitive>(tensor: &Tensor<E>, batch: u32, head: u32) ->
 pub fn load_tile<E: Numeric, S: Numeric>(
     tensor: &Tensor<E>,
     view: &HeadView,
-    tile: &mut SharedMemory<S>,
+    tile: &mut Slice<S, ReadWrite>,
     first_row: u32,
     #[comptime] rows: u32,
     #[comptime] cols: u32,
