@@ -356,3 +356,43 @@ fn dq_source_with<F: Float, S: PairStream>(
         config,
     ))
 }
+
+/// The host side of a first launch, without nvrtc: CubeCL's expansion, optimizer and CUDA C++
+/// generation of the forward, dK/dV and dQ mma kernels the planner picks for the H200 bench
+/// shapes (bf16), timed on this machine's CPU. A measurement, not a check: run with
+/// `cargo test --release -p burn-flash-attn-kernels --test mma_codegen -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing, printed: run it by name with --ignored"]
+fn cubecl_codegen_time_of_the_bench_configs() {
+    use std::time::Instant;
+    let client = support::client();
+    let props = support::h200(client.properties());
+    println!("kernel,head_dim,seq,causal,config,codegen_ms,cuda_bytes");
+    for (head_dim, seq) in [(32, 512), (32, 1024), (64, 1024), (128, 2048), (128, 8192)] {
+        for causal in [false, true] {
+            let case = AttentionProblem { causal, ..problem(FloatKind::BF16, head_dim, head_dim, seq, seq) };
+            let plan = planning::forward_plan(&props, &case, None).expect("planned");
+            let ForwardConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
+            let start = Instant::now();
+            let (source, _) = mma_source::<half::bf16, u32>(&client, config);
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            println!("forward,{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
+            for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+                let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
+                let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
+                let outer = match kernel {
+                    BackwardKernel::KeyValue => config.block_kv,
+                    BackwardKernel::Query => config.block_q,
+                };
+                let settings = settings(CubeDim::new_2d(32, outer / 16));
+                let start = Instant::now();
+                let (source, _) = match kernel {
+                    BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config),
+                    BackwardKernel::Query => dq_source::<half::bf16>(&client, settings, config),
+                };
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                println!("{kernel:?},{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
+            }
+        }
+    }
+}
