@@ -262,7 +262,7 @@ fn accumulate_query_block<F: Float, M: Int>(
         let i0 = first * group;
         #[unroll]
         for t in 0..config.val_acc_per_unit() {
-            let (j, c) = unit_element(t, config.block_kv, config.val_dim, config.units);
+            let (j, c) = accumulated_element(t, config.val_dim, config);
             let mut group_sum = 0.0f32;
             #[unroll]
             for r in 0..group {
@@ -274,7 +274,7 @@ fn accumulate_query_block<F: Float, M: Int>(
         }
         #[unroll]
         for t in 0..config.head_acc_per_unit() {
-            let (j, c) = unit_element(t, config.block_kv, config.head_dim, config.units);
+            let (j, c) = accumulated_element(t, config.head_dim, config);
             let mut group_sum = 0.0f32;
             #[unroll]
             for r in 0..group {
@@ -286,6 +286,21 @@ fn accumulate_query_block<F: Float, M: Int>(
         }
     }
     sync_cube();
+}
+
+/// This unit's `t`-th element of a `[block_kv, dim]` gradient block: [`unit_element`], except
+/// in the one-pass kernel when a row is exactly one step of the units (`units == dim`: head dim
+/// 256 on 256 units), where the plain `e / dim, e % dim` form is kept. Measured on gfx942 (the
+/// offline compile, docs/HIP.md gap 2): there `unit_element`'s constant rows put the kernel at
+/// 256 VGPRs + 108 AGPRs, 1 wave per SIMD, against 114 VGPRs with the plain form.
+#[cube]
+fn accumulated_element(t: u32, #[comptime] dim: u32, #[comptime] config: PortableGradientConfig) -> (u32, u32) {
+    if comptime!(config.atomic_dq && config.units == dim) {
+        let e = min(UNIT_POS + t * config.units, comptime!(config.block_kv * dim - 1));
+        (e / dim, e % dim)
+    } else {
+        unit_element(t, config.block_kv, dim, config.units)
+    }
 }
 
 /// The one-pass backward: adds this pair's `dS K` (`[block_q, head_dim]`, without the scale)
