@@ -81,8 +81,8 @@ pub fn new_tiles(#[comptime] config: PortableGradientConfig) -> BlockPairTiles {
 /// `t` (or `UNIT_POS` plus a constant) and the row a constant step: the tile addresses become
 /// one register plus immediate offsets. Through `e / dim, e % dim` LLVM hoists one address
 /// per `t` and tile out of the query loop instead, all of them live through it: on gfx942, 6
-/// one-pass dK/dV variants spilled that way (docs/HIP.md, gap 2, also for the variants this
-/// form puts on another register cliff).
+/// one-pass dK/dV variants spilled that way (docs/HIP.md, gap 2). The one-pass dK/dV kernel
+/// keeps the division where `units == dim` (`accumulated_element` there: measured better).
 #[cube]
 pub fn unit_element(t: u32, #[comptime] rows: u32, #[comptime] dim: u32, #[comptime] units: u32) -> (u32, u32) {
     let total = comptime!(rows * dim);
