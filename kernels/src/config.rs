@@ -223,7 +223,7 @@ impl PortableConfig {
             p: at.take(bq * self.score_tile_cols()),
             partial_max: at.take(self.units()),
             partial_sum: at.take(self.units()),
-            len: at.len(),
+            len: at.end(),
         }
     }
 

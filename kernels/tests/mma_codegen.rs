@@ -208,11 +208,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             atomic_dq,
             ..planned
         };
-        let outer = match kernel {
-            BackwardKernel::KeyValue => config.block_kv,
-            BackwardKernel::Query => config.block_q,
-        };
-        let settings = settings(CubeDim::new_2d(32, outer / 16));
+        let settings = settings(CubeDim::new_2d(32, config.planes()));
         let (source, shared) = match (kernel, case.dtype) {
             (BackwardKernel::KeyValue, FloatKind::BF16) => {
                 dkdv_source::<half::bf16>(&client, settings, config)
@@ -380,11 +376,7 @@ fn cubecl_codegen_time_of_the_bench_configs() {
             for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
                 let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
                 let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
-                let outer = match kernel {
-                    BackwardKernel::KeyValue => config.block_kv,
-                    BackwardKernel::Query => config.block_q,
-                };
-                let settings = settings(CubeDim::new_2d(32, outer / 16));
+                let settings = settings(CubeDim::new_2d(32, config.planes()));
                 let start = Instant::now();
                 let (source, _) = match kernel {
                     BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config),

@@ -218,7 +218,7 @@ impl PortableGradientConfig {
             ds: at.take(bq * self.score_tile_cols()),
             lse: at.take(bq),
             delta: at.take(bq),
-            len: at.len(),
+            len: at.end(),
         }
     }
 

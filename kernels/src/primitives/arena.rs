@@ -28,14 +28,9 @@ impl Carver {
         (start, self.next)
     }
 
-    /// Elements taken so far: the size of the allocation.
-    pub fn len(&self) -> usize {
+    /// End of the last tile taken: the size of the allocation.
+    pub fn end(&self) -> usize {
         self.next
-    }
-
-    /// Whether nothing was taken.
-    pub fn is_empty(&self) -> bool {
-        self.next == 0
     }
 }
 
