@@ -372,6 +372,9 @@ pub struct MmaConfig {
     /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
     pub quiet_softmax: bool,
     pub score: ScoreOptions,
+    /// No key/value block can need the masked pass (the planner's
+    /// [`crate::primitives::block_range::never_masked`]): it is not compiled.
+    pub never_masked: bool,
 }
 
 impl MmaConfig {

@@ -353,6 +353,64 @@ fn dq_source_with<F: Float, S: PairStream>(
     ))
 }
 
+/// Where the planner proves that no block needs the masked pass (no causal, window or mask;
+/// the sequences tiled by the blocks) the mma kernels leave it out: the planned config says so,
+/// and its source is the unrolled body once, well under the source with the masked pass. A
+/// causal problem, a mask, a key tail and (for the gradient kernels) a query tail keep it.
+#[test]
+fn the_masked_pass_is_left_out_exactly_where_no_block_needs_it() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let aligned = problem(FloatKind::BF16, 128, 128, 1024, 1024);
+    let keeps = [
+        AttentionProblem { causal: true, ..aligned },
+        AttentionProblem { mask: Some(MaskKind::U8), ..aligned },
+        problem(FloatKind::BF16, 128, 128, 1024, 1000),
+    ];
+    let forward = |case: &AttentionProblem| {
+        let plan = planning::forward_plan(&props, case, None).expect("planned");
+        let ForwardConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
+        config
+    };
+    let gradient = |case: &AttentionProblem, kernel| {
+        let plan = planning::gradient_plan(&props, case, kernel).expect("planned");
+        let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
+        config
+    };
+    let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
+    for case in &keeps {
+        assert!(!forward(case).never_masked, "{case:?}: forward");
+        for kernel in kernels {
+            assert!(!gradient(case, kernel).never_masked, "{case:?}: {kernel:?}");
+        }
+    }
+    // A query tail: the forward bounds its rows at the write, the gradient kernels mask them.
+    let query_tail = problem(FloatKind::BF16, 128, 128, 1000, 1024);
+    assert!(forward(&query_tail).never_masked, "query tail: forward");
+    for kernel in kernels {
+        assert!(!gradient(&query_tail, kernel).never_masked, "query tail: {kernel:?}");
+    }
+
+    let config = forward(&aligned);
+    assert!(config.never_masked, "aligned: forward");
+    let (without, _) = mma_source::<half::bf16, u32>(&client, config);
+    let (with, _) = mma_source::<half::bf16, u32>(&client, MmaConfig { never_masked: false, ..config });
+    println!("forward: {} bytes of CUDA without the masked pass, {} with it", without.len(), with.len());
+    assert!(4 * without.len() < 3 * with.len(), "forward: {} vs {} bytes", without.len(), with.len());
+    for kernel in kernels {
+        let config = gradient(&aligned, kernel);
+        assert!(config.never_masked, "aligned: {kernel:?}");
+        let settings = settings(CubeDim::new_2d(32, config.planes()));
+        let source = |config| match kernel {
+            BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings.clone(), config).0,
+            BackwardKernel::Query => dq_source::<half::bf16>(&client, settings.clone(), config).0,
+        };
+        let (without, with) = (source(config), source(MmaGradientConfig { never_masked: false, ..config }));
+        println!("{kernel:?}: {} bytes of CUDA without the masked pass, {} with it", without.len(), with.len());
+        assert!(4 * without.len() < 3 * with.len(), "{kernel:?}: {} vs {} bytes", without.len(), with.len());
+    }
+}
+
 /// The host side of a first launch, without nvrtc: CubeCL's expansion, optimizer and CUDA C++
 /// generation of the forward, dK/dV and dQ mma kernels the planner picks for the H200 bench
 /// shapes (bf16), timed on this machine's CPU. A measurement, not a check: run with

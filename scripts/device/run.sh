@@ -7,7 +7,9 @@
 #   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | features
 #         | features-burn | tune | profile | kprofile | dqab | sanitize
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
-# ptests: the device test suites in parallel (ktests and conformance run them one by one).
+# ptests: the device test suites in parallel (ktests and conformance run them one by one);
+# PTESTS picks them: forward, forward-rows32, backward, backward-atomic, wave64, conformance,
+# nn, or any other test binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -48,6 +50,8 @@ for s in "$@"; do
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         case $run in
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
+          # The whole backward suite on the one-pass path (dQ by atomic adds).
+          backward-atomic) cmd=(env BURN_FLASH_DQ=atomic "$BIN/backward" --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;

@@ -269,6 +269,9 @@ pub struct MmaGradientConfig {
     /// atomic adds (the one-pass backward, [`super::dq_sink`]); dS^T goes through a shared
     /// tile for it ([`Self::ds_tile_pairs`]) and no dQ kernel runs.
     pub atomic_dq: bool,
+    /// No block pair can need the masked pass (the planner's
+    /// [`crate::primitives::block_range::never_masked`]): it is not compiled.
+    pub never_masked: bool,
 }
 
 impl MmaGradientConfig {

@@ -10,6 +10,7 @@ use crate::backward::config::{
 };
 use crate::config::MATRIX_TILE;
 use crate::error::FlashError;
+use crate::primitives::block_range::never_masked;
 use crate::problem::{AttentionProblem, FloatKind};
 
 use super::device::DeviceCaps;
@@ -163,9 +164,10 @@ impl fmt::Display for GradientPlan {
         if let GradientConfig::Mma(mma) = c {
             write!(
                 f,
-                ", {} inner buffer(s){}",
+                ", {} inner buffer(s){}{}",
                 mma.buffers,
-                if mma.async_inner { " filled by cp.async" } else { "" }
+                if mma.async_inner { " filled by cp.async" } else { "" },
+                if mma.never_masked { ", no masked pass" } else { "" },
             )?;
         }
         write!(f, ", {} of {} bytes of shared memory", c.shared_memory_bytes(), self.device_shared_memory)
@@ -262,6 +264,12 @@ fn mma_config(
         async_inner: async_copy && caps.copy_async(),
         score: problem.score_options(),
         atomic_dq: false,
+        never_masked: never_masked(
+            &problem.score_options(),
+            problem.seq_kv,
+            block_kv,
+            Some((problem.seq_q, block_q)),
+        ),
     }
 }
 

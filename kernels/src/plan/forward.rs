@@ -113,13 +113,14 @@ impl fmt::Display for ForwardPlan {
         match config {
             ForwardConfig::Mma(mma) => write!(
                 f,
-                "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s){}",
+                "{} planes of {} rows, block_q = {}, block_kv = {}, {} key/value buffer(s){}{}",
                 mma.planes,
                 mma.plane_rows,
                 mma.block_q(),
                 mma.block_kv,
                 mma.kv_buffers,
                 if mma.async_kv { " filled by cp.async" } else { "" },
+                if mma.never_masked { ", no masked pass" } else { "" },
             )?,
             _ => write!(f, "block_q = {}, block_kv = {}", config.block_q(), config.block_kv())?,
         }

@@ -7,6 +7,7 @@ use core::str::FromStr;
 use super::device::DeviceCaps;
 use crate::config::MmaConfig;
 use crate::error::FlashError;
+use crate::primitives::block_range::never_masked;
 use crate::primitives::mma::TILE_M;
 use crate::problem::AttentionProblem;
 
@@ -60,6 +61,7 @@ impl MmaBlocks {
             async_kv: self.async_copy && self.buffers == 2 && caps.copy_async(),
             quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
+            never_masked: never_masked(&problem.score_options(), problem.seq_kv, self.block_kv, None),
         }
     }
 

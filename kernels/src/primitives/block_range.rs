@@ -233,3 +233,23 @@ pub fn query_block_heaviest_first(#[comptime] causal: bool) -> u32 {
 fn from_the_end(pos: u32, count: u32) -> u32 {
     count - 1 - pos
 }
+
+/// Host side: whether no block pair of a problem can take the masked pass, so that the mma
+/// kernels may leave it out ([`super::block_stream::Masking::Never`]). True exactly when no
+/// entry is masked for a reason other than a tail (no causal, window or bool mask: key padding
+/// is a mask) and the blocks tile the sequences: the keys in `block_kv` rows, and the queries
+/// in `block_q` rows where `block_q` is given (the gradient kernels, which also mask the query
+/// tail; the forward bounds its query rows at the write). Under these conditions
+/// [`kv_block_range`] (and its `_full_rows` form) puts `first_masked` at `end` and
+/// [`pair_needs_masked_pass`] is false for every pair: the masked pass would run on no block.
+pub fn never_masked(
+    options: &ScoreOptions,
+    seq_kv: usize,
+    block_kv: u32,
+    query_tiling: Option<(usize, u32)>,
+) -> bool {
+    let tiles = |seq: usize, block: u32| seq.is_multiple_of(block as usize);
+    !(options.causal || options.masks_everywhere())
+        && tiles(seq_kv, block_kv)
+        && query_tiling.is_none_or(|(seq_q, block_q)| tiles(seq_q, block_q))
+}

@@ -13,8 +13,9 @@
 //! With two buffers block `b + 1` lands in the buffer that every unit finished reading before
 //! the previous `finish`; with one buffer through registers it is stored after the sync that
 //! ends every read of block `b`. The masked pass ([`Masking`]) is a comptime flag of
-//! `compute`: one contiguous run of unmasked blocks then masked ones, or the body's choice
-//! per block. Control flow is uniform across the cube.
+//! `compute`: one contiguous run of unmasked blocks then masked ones, the body's choice per
+//! block, or (where the planner proved no block needs it) never. Control flow is uniform
+//! across the cube.
 use cubecl::prelude::*;
 
 use super::chunk_io::buffer_row;
@@ -26,6 +27,10 @@ pub enum Masking {
     Split,
     /// Whichever [`BlockBody::needs_masked`] says, block by block.
     PerBlock,
+    /// Every block unmasked: the planner proved that no block of the problem needs the
+    /// masked pass ([`super::block_range::never_masked`]), so it is not compiled at all (the
+    /// unrolled body once instead of twice: half the source nvrtc compiles on a first call).
+    Never,
 }
 
 /// How a kernel streams its blocks (see the module doc).
@@ -126,8 +131,10 @@ pub fn stream_blocks<B: BlockBody>(
     if comptime!(schedule.masking == Masking::Split) {
         stream_run::<B>(inputs, state, &span, span.start, span.first_masked, config, comptime!(Pass::Unmasked));
         stream_run::<B>(inputs, state, &span, span.first_masked, span.end, config, comptime!(Pass::Masked));
-    } else {
+    } else if comptime!(schedule.masking == Masking::PerBlock) {
         stream_run::<B>(inputs, state, &span, span.start, span.end, config, comptime!(Pass::PerBlock));
+    } else {
+        stream_run::<B>(inputs, state, &span, span.start, span.end, config, comptime!(Pass::Unmasked));
     }
 }
 

@@ -56,6 +56,11 @@ fn half_sweep_mma_shapes_and_options() {
             .quiet()
             .mask(MaskPattern::RandomWithMaskedRows)
             .bias(),
+        // Both sequences tiled by the blocks, no causal or mask: the kernels without their
+        // masked pass (bias, softcap, GQA, dropout and the quiet softmax still apply).
+        Case::new(BF16, 256, 256, 128),
+        Case::new(F16, 128, 192, 64).heads(1, 4).gqa(2).bias().softcap(3.0),
+        Case::new(BF16, 192, 128, 32).quiet().dropout(0.2, 7),
     ]);
 }
 

@@ -33,4 +33,8 @@ forward_cases! {
     f16_mma_quiet_hd64_q113_kv203: case(F16, 64, 113, 203).mma().quiet();
     bf16_mma_quiet_all_options_hd128_q203_kv113: case(BF16, 128, 203, 113).mma().quiet().softcap(2.0).masked_rows().bias().causal();
     bf16_mma_broadcast_mask_bias_b2_h3_hd32_q50_kv70: case(BF16, 32, 50, 70).heads(2, 3).broadcast().mask().bias().mma();
+    // Keys tiled by the blocks, no causal or mask: the kernel without its masked pass (a query
+    // tail, the bias, softcap and the quiet softmax still apply).
+    bf16_mma_no_masked_pass_softcap_bias_hd64_q200_kv256: case(BF16, 64, 200, 256).heads(2, 2).mma().softcap(2.0).bias();
+    f16_mma_no_masked_pass_quiet_hd128_q128_kv512: case(F16, 128, 128, 512).mma().quiet();
 }

@@ -162,14 +162,14 @@ pub(super) fn write_rows<F: Float>(
 
 /// One stream of inner blocks: with two buffers the next one is prefetched into the other,
 /// with one each block is loaded and waited for before it computes; the masked pass is chosen
-/// per block pair.
+/// per block pair, or left out where the planner proved no pair needs it.
 impl Streams for MmaGradientConfig {
     fn schedule(&self) -> StreamSchedule {
         StreamSchedule {
             rows: self.inner_rows(),
             buffers: self.buffers,
             prefetch: self.buffers > 1,
-            masking: Masking::PerBlock,
+            masking: if self.never_masked { Masking::Never } else { Masking::PerBlock },
         }
     }
 }

@@ -403,14 +403,15 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
 }
 
 /// One stream of key/value blocks, always prefetched: with two buffers into the other one, with
-/// one through registers (stored after the block's last read).
+/// one through registers (stored after the block's last read); the masked pass after the
+/// unmasked one, or not at all where the planner proved no block needs it.
 impl Streams for MmaConfig {
     fn schedule(&self) -> StreamSchedule {
         StreamSchedule {
             rows: self.block_kv,
             buffers: self.kv_buffers,
             prefetch: true,
-            masking: Masking::Split,
+            masking: if self.never_masked { Masking::Never } else { Masking::Split },
         }
     }
 }
