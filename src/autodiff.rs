@@ -9,13 +9,15 @@ use burn_autodiff::{
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
+use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::{
-    ops::{AttentionModuleOptions, attention::attention_fallback},
+    ops::AttentionModuleOptions,
     tensor::{BoolTensor, FloatTensor},
 };
 use burn_flash_attn_kernels::plan::BackwardPlan;
 use burn_flash_attn_kernels::{AttentionProblem, Passes};
 
+use crate::api::ops::module_attention_with_ops;
 use crate::attention::{AttentionInputs, Extension, FlashAttention, FlashKernels, Refused, SavedForward};
 use crate::routing::{AttentionCall, Route, route};
 
@@ -98,7 +100,17 @@ impl<B: FlashKernels, C: CheckpointStrategy> FlashAttention for Autodiff<B, C> {
             Route::Kernel { problem, plan } => (problem, plan),
             Route::Fallback { reason } if extension.is_some() => return Err(Refused(reason)),
             Route::Fallback { .. } => {
-                return Ok(attention_fallback::<Self>(query, key, value, mask, attn_bias, options));
+                // Burn's `attention_fallback` semantics, without its argmax on fully masked rows.
+                let float = |x| Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(x));
+                let out = module_attention_with_ops(
+                    float(query),
+                    float(key),
+                    float(value),
+                    mask.map(Tensor::from_primitive),
+                    attn_bias.map(float),
+                    options,
+                );
+                return Ok(out.into_primitive().tensor());
             }
         };
         let bias = attn_bias.map(|b| b.primitive);

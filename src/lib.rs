@@ -23,7 +23,8 @@
 //! ```
 //!
 //! What the kernels cannot run (see [`routing`]) goes to Burn's `attention_fallback`, with the
-//! reason logged once through `log`.
+//! reason logged once through `log` (in training, its semantics written in Burn ops with a
+//! detached row maximum: Burn 0.21's own reads out of bounds on a fully masked row there).
 //!
 //! Beyond Burn's options, [`flash_attention`] takes [`FlashAttentionOptions`]: grouped-query
 //! attention, sliding windows, key and query padding, ALiBi, quiet softmax and dropout, with

@@ -372,8 +372,10 @@ pub struct MmaConfig {
     /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
     pub quiet_softmax: bool,
     pub score: ScoreOptions,
-    /// No key/value block can need the masked pass (the planner's
-    /// [`crate::primitives::block_range::never_masked`]): it is not compiled.
+    /// No key/value block can need the masked pass
+    /// ([`crate::primitives::block_range::never_masked`]): it is not compiled. The planner
+    /// leaves it false (measured slower on the H200: see `plan::mma_blocks`); the codegen tests
+    /// and the register dumps expand both forms.
     pub never_masked: bool,
 }
 

@@ -353,10 +353,12 @@ fn dq_source_with<F: Float, S: PairStream>(
     ))
 }
 
-/// Where the planner proves that no block needs the masked pass (no causal, window or mask;
-/// the sequences tiled by the blocks) the mma kernels leave it out: the planned config says so,
-/// and its source is the unrolled body once, well under the source with the masked pass. A
-/// causal problem, a mask, a key tail and (for the gradient kernels) a query tail keep it.
+/// Where the planner proves that no block pair needs the masked pass (no causal, window or
+/// mask; both sequences tiled by the blocks) the mma gradient kernels leave it out: the planned
+/// config says so, and its source is the unrolled body once, well under the source with the
+/// masked pass. A causal problem, a mask, a key tail and a query tail keep it. The forward keeps
+/// it everywhere (measured slower without it, see `plan::mma_blocks`), but expands without it
+/// too, at about half the source (`FLASH_DUMP_DIR` writes both forms for the register dumps).
 #[test]
 fn the_masked_pass_is_left_out_exactly_where_no_block_needs_it() {
     let client = support::client();
@@ -378,25 +380,25 @@ fn the_masked_pass_is_left_out_exactly_where_no_block_needs_it() {
         config
     };
     let kernels = [BackwardKernel::KeyValue, BackwardKernel::Query];
-    for case in &keeps {
+    let query_tail = problem(FloatKind::BF16, 128, 128, 1000, 1024);
+    for case in keeps.iter().chain([&query_tail, &aligned]) {
         assert!(!forward(case).never_masked, "{case:?}: forward");
+    }
+    for case in keeps.iter().chain([&query_tail]) {
         for kernel in kernels {
             assert!(!gradient(case, kernel).never_masked, "{case:?}: {kernel:?}");
         }
     }
-    // A query tail: the forward bounds its rows at the write, the gradient kernels mask them.
-    let query_tail = problem(FloatKind::BF16, 128, 128, 1000, 1024);
-    assert!(forward(&query_tail).never_masked, "query tail: forward");
-    for kernel in kernels {
-        assert!(!gradient(&query_tail, kernel).never_masked, "query tail: {kernel:?}");
-    }
 
-    let config = forward(&aligned);
-    assert!(config.never_masked, "aligned: forward");
-    let (without, _) = mma_source::<half::bf16, u32>(&client, config);
-    let (with, _) = mma_source::<half::bf16, u32>(&client, MmaConfig { never_masked: false, ..config });
-    println!("forward: {} bytes of CUDA without the masked pass, {} with it", without.len(), with.len());
-    assert!(4 * without.len() < 3 * with.len(), "forward: {} vs {} bytes", without.len(), with.len());
+    for head_dim in [32, 64, 128] {
+        let config = forward(&problem(FloatKind::BF16, head_dim, head_dim, 1024, 1024));
+        let (with, _) = mma_source::<half::bf16, u32>(&client, config);
+        let (without, _) = mma_source::<half::bf16, u32>(&client, MmaConfig { never_masked: true, ..config });
+        dump(&format!("mma_fwd_masked_pass_BF16_hd{head_dim}.cu"), &with);
+        dump(&format!("mma_fwd_no_masked_pass_BF16_hd{head_dim}.cu"), &without);
+        println!("forward hd{head_dim}: {} bytes of CUDA without the masked pass, {} with it", without.len(), with.len());
+        assert!(4 * without.len() < 3 * with.len(), "forward hd{head_dim}: {} vs {} bytes", without.len(), with.len());
+    }
     for kernel in kernels {
         let config = gradient(&aligned, kernel);
         assert!(config.never_masked, "aligned: {kernel:?}");

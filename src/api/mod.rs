@@ -26,7 +26,7 @@
 //! padding becomes a broadcast mask view; padded query rows are zeroed afterwards).
 mod dispatch;
 mod error;
-mod ops;
+pub(crate) mod ops;
 mod options;
 mod prepare;
 

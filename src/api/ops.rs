@@ -4,7 +4,7 @@
 //! It materializes the `[batch, num_heads, seq_q, seq_kv]` scores (O(N²) memory), computing in
 //! the input dtype as Burn's `attention_fallback` does. The padded query rows are not this
 //! module's concern: `flash_attention` zeroes them on whatever implementation ran.
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData, backend::Backend, ops::AttentionModuleOptions};
 
 use burn_flash_attn_kernels::primitives::dropout;
 
@@ -55,6 +55,47 @@ pub(crate) fn attention_with_ops<B: Backend>(
         None => probs,
     };
     probs.matmul(value)
+}
+
+/// Burn's `attention_fallback` (`module::attention`'s semantics: `true` = masked, causal
+/// bottom-right, softcap before masking, bias after it, a fully masked row 0) with this
+/// module's softmax, for the training fallback of `Flash<Autodiff<..>>`. Burn 0.21's own fills
+/// masked logits with `-inf` and takes the row maximum with `max_dim`, which under autodiff is
+/// argmax + gather: on a fully masked row cubek's argmax returns `u32::MAX` (no element beats
+/// its start value) and the gather reads 16 GiB past the scores; on CUDA an illegal address
+/// that poisons the device (H200, 2026-12-02, `compute-sanitizer`: `gather_kernel_t_f32_i_i32`).
+/// Here masked logits are the lowest finite value and the maximum is detached before it is
+/// taken: a plain reduction, no index.
+pub(crate) fn module_attention_with_ops<B: Backend>(
+    query: Tensor<B, 4>,
+    key: Tensor<B, 4>,
+    value: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4, Bool>>,
+    attn_bias: Option<Tensor<B, 4>>,
+    options: AttentionModuleOptions,
+) -> Tensor<B, 4> {
+    let [_, _, seq_q, head_dim] = query.dims();
+    let seq_kv = key.dims()[2];
+    let scale = options.scale.unwrap_or(1.0 / (head_dim as f64).sqrt());
+    let mut scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(scale);
+    if let Some(softcap) = options.softcap {
+        scores = scores.div_scalar(softcap).tanh().mul_scalar(softcap);
+    }
+    // Added before the mask is applied, which overwrites a masked logit: "after masking".
+    if let Some(bias) = attn_bias {
+        scores = scores + bias;
+    }
+    let dims = scores.dims();
+    let causal = options
+        .is_causal
+        .then(|| position_mask(relative_positions::<B>(seq_q, seq_kv, &scores.device()), true, None))
+        .flatten()
+        .map(|mask| mask.unsqueeze::<4>().expand(dims));
+    let masked = match (mask.map(|mask| mask.expand(dims)), causal) {
+        (Some(mask), Some(causal)) => Some(mask.bool_or(causal)),
+        (mask, causal) => mask.or(causal),
+    };
+    softmax(scores, masked, false).matmul(value)
 }
 
 /// `[batch, num_kv_heads, seq, dim]` → `[batch, num_kv_heads · group, seq, dim]`, each kv head
@@ -123,8 +164,9 @@ fn softmax<B: Backend>(scores: Tensor<B, 4>, masked: Option<Tensor<B, 4, Bool>>,
         None => scores,
     };
     // Softmax (quiet or not) is invariant to the shift, so the maximum is a constant of the
-    // graph: detaching it is exact, and autodiff differentiates no argmax.
-    let row_max = scores.clone().max_dim(3).detach();
+    // graph: detaching the scores before the reduction is exact, and autodiff then takes a
+    // plain maximum (a tracked `max_dim` is argmax + gather, see `module_attention_with_ops`).
+    let row_max = scores.clone().detach().max_dim(3);
     // Quiet: the extra logit 0 takes part in the maximum, so exp(−max) <= 1 cannot overflow.
     let row_max = if quiet { row_max.clamp_min(0.0) } else { row_max };
     let exp = (scores - row_max.clone()).exp();

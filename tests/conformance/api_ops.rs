@@ -132,16 +132,25 @@ fn fallback_output(case: &Case, data: &Data, explicit: &Explicit) -> Vec<f64> {
 /// summed over each GQA group).
 fn fallback_gradients(case: &Case, data: &Data, explicit: &Explicit) -> [Vec<f64>; 3] {
     let [q, k, v] = [&data.q, &explicit.k, &explicit.v].map(|x| float::<Train, 4>(x).require_grad());
-    // Rows that see no key are 0 whatever their d_out: Burn's softmax over a fully masked row
-    // is not (it spreads over the masked keys), so their d_out is zeroed too and their dq set
-    // to 0 below.
+    // Rows that see no key are 0 whatever their d_out. Burn 0.21's `attention_fallback` under
+    // autodiff takes each row's maximum by argmax + gather, which on a fully masked row reads
+    // out of bounds (on CUDA an illegal address that poisons the device; see
+    // `module_attention_with_ops` in src/api/ops.rs): each such row sees key 0 in the plain
+    // implementation, with its d_out zeroed (so dk and dv do not see the row) and its dq set to
+    // 0 below.
     let mut d_out = data.d_out.to_vec::<f32>().expect("f32 data");
     for &row in explicit.padded_rows.iter().chain(&explicit.empty_rows) {
         d_out[row * case.val_dim..][..case.val_dim].fill(0.0);
     }
     let d_out = TensorData::new(d_out, data.d_out.shape.clone());
     let options = AttentionModuleOptions { scale: case.scale, softcap: case.softcap, is_causal: false };
-    let mask = explicit.mask.as_ref().map(bool4::<Train>);
+    let mask = explicit.mask.as_ref().map(|mask| {
+        let (mut values, seq_kv) = (mask.to_vec::<bool>().expect("bool mask"), mask.shape[3]);
+        for &row in &explicit.empty_rows {
+            values[row * seq_kv] = false;
+        }
+        bool4::<Train>(&TensorData::new(values, mask.shape.clone()))
+    });
     let out = attention_fallback(q.clone(), k.clone(), v.clone(), mask, explicit.bias.as_ref().map(float::<Train, 4>), options);
     let grads = (out * float::<Train, 4>(&d_out)).sum().backward();
     let [mut dq, dk, dv] = [q, k, v].map(|x| to_f64(x.grad(&grads).expect("input is tracked").into_data()));

@@ -286,22 +286,33 @@ fn bias_that_requires_grad_falls_back_with_reason() {
     if skip_without_device("bias_that_requires_grad_falls_back_with_reason") {
         return;
     }
-    let case = Case { name: "bias_requires_grad", bias: true, ..Q13_KV21 };
+    // A fully masked row (row 0 of every batch and head) and causal: the training fallback must
+    // give it output 0 and gradients 0, where Burn 0.21's own autodiff attention reads out of
+    // bounds (see `gradients_match_autodiff_semantics`).
+    let case = Case { name: "bias_requires_grad_fully_masked_row", bias: true, mask: true, options: causal(), ..Q13_KV21 };
     let data = case.data(7);
+    let (want, want_grads) = case.reference(&data);
+    let [q, k, v] = [&data.q, &data.k, &data.v].map(|x| float::<FlashTrain, 4>(x).require_grad());
     let bias = float::<FlashTrain, 4>(data.bias.as_ref().unwrap()).require_grad();
-    let out = attention(
-        float::<FlashTrain, 4>(&data.q),
-        float::<FlashTrain, 4>(&data.k),
-        float::<FlashTrain, 4>(&data.v),
-        None,
-        Some(bias.clone()),
-        case.options,
-    );
+    let out = attention(q.clone(), k.clone(), v.clone(), data.mask.as_ref().map(bool4::<FlashTrain>), Some(bias.clone()), case.options);
     let route = burn_flash_attn::last_route().expect("attention was routed");
     assert!(!route.is_kernel(), "a bias that requires grad must fall back, got {route}");
     assert!(route.to_string().contains("attn_bias requires grad"), "{route}");
-    let grads = out.sum().backward();
-    assert!(bias.grad(&grads).is_some(), "the fallback gives the bias its gradient");
+    let masked = fully_masked_rows(&case, &data);
+    let got = to_f64(out.clone().into_data());
+    let plain = to_f64(forward::<Inner>(&case, &data, true).into_data());
+    check(case.name, &got, &plain, &want.o, OUTPUT_FACTOR, Precision::F32).unwrap();
+    assert_zero_rows(case.name, &got, &masked, case.val_dim);
+
+    let grads = (out * float::<FlashTrain, 4>(&data.d_out)).sum().backward();
+    let got = [q, k, v].map(|x| to_f64(x.grad(&grads).expect("input is tracked").into_data()));
+    let plain = case.plain_f32_gradients(&data);
+    for (i, (name, reference)) in [("dq", &want_grads.dq), ("dk", &want_grads.dk), ("dv", &want_grads.dv)].into_iter().enumerate() {
+        check(&format!("{} {name}", case.name), &got[i], &plain[i], reference, GRADIENT_FACTOR, Precision::F32).unwrap();
+    }
+    assert_zero_rows(&format!("{} dq", case.name), &got[0], &masked, case.head_dim);
+    let d_bias = to_f64(bias.grad(&grads).expect("the fallback gives the bias its gradient").into_data());
+    assert!(d_bias.iter().all(|x| x.is_finite()), "{}: the bias gradient is finite", case.name);
 }
 
 /// A tuning the kernels cannot take makes the plan fail: attention falls back to Burn's path
