@@ -61,9 +61,9 @@ impl MmaBlocks {
             quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
             // The forward keeps its (empty) masked pass even where `never_masked` holds: without
-            // it the H200 ran the forward at 0.77x (head dim 128) and 0.84x (32) of the kernel
-            // with it, though 1.07x at 64 (bf16, not causal, commit 8de37d7, benches/RESULTS.md);
-            // the gradient kernels gained 3-4 %.
+            // it the H200 ran the forward at 0.78-0.81x of the kernel with it at head dims 128
+            // and 32 (0.99-1.06x at 64; bf16, not causal, commits 8de37d7 / d344576,
+            // benches/RESULTS.md), while the gradient kernels gained 3-4 % from it.
             never_masked: false,
         }
     }
