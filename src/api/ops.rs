@@ -9,7 +9,7 @@ use burn::tensor::{Bool, DType, Int, Tensor, TensorData, backend::Backend, ops::
 use burn_flash_attn_kernels::primitives::dropout;
 
 use super::options::{Dropout, SlidingWindow};
-use super::prepare::Prepared;
+use super::prepare::{AttentionShape, Prepared};
 
 /// `softmax(mask(softcap(q·kᵀ·scale)) + bias + alibi) · v`, with the options of `prepared`
 /// (quiet softmax, dropout); `[batch, num_heads, seq_q, val_dim]`.
@@ -58,14 +58,15 @@ pub(crate) fn attention_with_ops<B: Backend>(
 }
 
 /// Burn's `attention_fallback` (`module::attention`'s semantics: `true` = masked, causal
-/// bottom-right, softcap before masking, bias after it, a fully masked row 0) with this
-/// module's softmax, for the training fallback of `Flash<Autodiff<..>>`. Burn 0.21's own fills
-/// masked logits with `-inf` and takes the row maximum with `max_dim`, which under autodiff is
-/// argmax + gather: on a fully masked row cubek's argmax returns `u32::MAX` (no element beats
-/// its start value) and the gather reads 16 GiB past the scores; on CUDA an illegal address
-/// that poisons the device (H200, 2026-12-02, `compute-sanitizer`: `gather_kernel_t_f32_i_i32`).
-/// Here masked logits are the lowest finite value and the maximum is detached before it is
-/// taken: a plain reduction, no index.
+/// bottom-right, softcap before masking, bias after it, a fully masked row 0) as a
+/// [`Prepared`] call of [`attention_with_ops`], for the training fallback of
+/// `Flash<Autodiff<..>>`. Burn 0.21's own fills masked logits with `-inf` and takes the row
+/// maximum with `max_dim`, which under autodiff is argmax + gather: on a fully masked row
+/// cubek's argmax returns `u32::MAX` (no element beats its start value) and the gather reads
+/// 16 GiB past the scores; on CUDA an illegal address that poisons the device (H200,
+/// `compute-sanitizer`: `gather_kernel_t_f32_i_i32`). This module's softmax fills masked
+/// logits with the lowest finite value and detaches the scores before their maximum: a plain
+/// reduction, no index.
 pub(crate) fn module_attention_with_ops<B: Backend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
@@ -74,28 +75,23 @@ pub(crate) fn module_attention_with_ops<B: Backend>(
     attn_bias: Option<Tensor<B, 4>>,
     options: AttentionModuleOptions,
 ) -> Tensor<B, 4> {
-    let [_, _, seq_q, head_dim] = query.dims();
-    let seq_kv = key.dims()[2];
-    let scale = options.scale.unwrap_or(1.0 / (head_dim as f64).sqrt());
-    let mut scores = query.matmul(key.swap_dims(2, 3)).mul_scalar(scale);
-    if let Some(softcap) = options.softcap {
-        scores = scores.div_scalar(softcap).tanh().mul_scalar(softcap);
-    }
-    // Added before the mask is applied, which overwrites a masked logit: "after masking".
-    if let Some(bias) = attn_bias {
-        scores = scores + bias;
-    }
-    let dims = scores.dims();
-    let causal = options
-        .is_causal
-        .then(|| position_mask(relative_positions::<B>(seq_q, seq_kv, &scores.device()), true, None))
-        .flatten()
-        .map(|mask| mask.unsqueeze::<4>().expand(dims));
-    let masked = match (mask.map(|mask| mask.expand(dims)), causal) {
-        (Some(mask), Some(causal)) => Some(mask.bool_or(causal)),
-        (mask, causal) => mask.or(causal),
+    let ([batch, num_heads, seq_q, head_dim], [_, num_kv_heads, seq_kv, _]) = (query.dims(), key.dims());
+    let shape = AttentionShape { batch, num_heads, num_kv_heads, seq_q, seq_kv, head_dim, val_dim: value.dims()[3] };
+    let prepared = Prepared {
+        shape,
+        scale: options.scale.unwrap_or(1.0 / (head_dim as f64).sqrt()),
+        softcap: options.softcap,
+        causal: options.is_causal,
+        window: None,
+        mask: mask.map(|mask| mask.expand(shape.scores())),
+        bias: attn_bias,
+        alibi_slopes: None,
+        quiet_softmax: false,
+        dropout: None,
+        padded_rows: None,
+        allow_fallback: false,
     };
-    softmax(scores, masked, false).matmul(value)
+    attention_with_ops(query, key, value, &prepared)
 }
 
 /// `[batch, num_kv_heads, seq, dim]` → `[batch, num_kv_heads · group, seq, dim]`, each kv head

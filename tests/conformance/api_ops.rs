@@ -26,7 +26,7 @@ use burn_flash_attn::kernels::{
 use burn_flash_attn::{SlidingWindow, flash_attention};
 use serial_test::serial;
 
-use crate::common::{Inner, Train, bool4, float, skip_without_device, to_f64};
+use crate::common::{Inner, Train, bool4, first_key_visible, float, skip_without_device, to_f64};
 use explicit::{BASE, Case, Data, Explicit, Padding, zero_rows};
 
 fn window(left: Option<usize>, right: Option<usize>) -> Option<SlidingWindow> {
@@ -144,13 +144,7 @@ fn fallback_gradients(case: &Case, data: &Data, explicit: &Explicit) -> [Vec<f64
     }
     let d_out = TensorData::new(d_out, data.d_out.shape.clone());
     let options = AttentionModuleOptions { scale: case.scale, softcap: case.softcap, is_causal: false };
-    let mask = explicit.mask.as_ref().map(|mask| {
-        let (mut values, seq_kv) = (mask.to_vec::<bool>().expect("bool mask"), mask.shape[3]);
-        for &row in &explicit.empty_rows {
-            values[row * seq_kv] = false;
-        }
-        bool4::<Train>(&TensorData::new(values, mask.shape.clone()))
-    });
+    let mask = explicit.mask.as_ref().map(|mask| bool4::<Train>(&first_key_visible(mask, &explicit.empty_rows)));
     let out = attention_fallback(q.clone(), k.clone(), v.clone(), mask, explicit.bias.as_ref().map(float::<Train, 4>), options);
     let grads = (out * float::<Train, 4>(&d_out)).sum().backward();
     let [mut dq, dk, dv] = [q, k, v].map(|x| to_f64(x.grad(&grads).expect("input is tracked").into_data()));

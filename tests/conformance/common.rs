@@ -83,3 +83,14 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| if x.is_nan() || y.is_nan() { f64::INFINITY } else { (x - y).abs() }).fold(0.0, f64::max)
 }
+
+/// `mask` (`true` = masked, its last dimension the keys) with key 0 visible on the flat `rows`:
+/// how the plain implementation (Burn 0.21's autodiff attention, which reads out of bounds on a
+/// fully masked row) runs the rows that see no key; their d_out is zeroed beside it.
+pub fn first_key_visible(mask: &TensorData, rows: &[usize]) -> TensorData {
+    let (mut values, seq_kv) = (mask.to_vec::<bool>().expect("bool mask"), mask.shape[mask.shape.len() - 1]);
+    for &row in rows {
+        values[row * seq_kv] = false;
+    }
+    TensorData::new(values, mask.shape.clone())
+}

@@ -254,6 +254,7 @@ fn mma_config(
         BackwardKernel::KeyValue => (inner, outer),
         BackwardKernel::Query => (outer, inner),
     };
+    let score = problem.score_options();
     MmaGradientConfig {
         kernel,
         block_q,
@@ -262,14 +263,9 @@ fn mma_config(
         val_dim: problem.val_dim as u32,
         buffers,
         async_inner: async_copy && caps.copy_async(),
-        score: problem.score_options(),
+        score,
         atomic_dq: false,
-        never_masked: never_masked(
-            &problem.score_options(),
-            problem.seq_kv,
-            block_kv,
-            Some((problem.seq_q, block_q)),
-        ),
+        never_masked: never_masked(&score, problem.seq_kv, block_kv, Some((problem.seq_q, block_q))),
     }
 }
 
