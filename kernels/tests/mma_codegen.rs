@@ -417,6 +417,8 @@ fn the_masked_pass_is_left_out_exactly_where_no_block_needs_it() {
 /// generation of the forward, dK/dV and dQ mma kernels the planner picks for the H200 bench
 /// shapes (bf16), timed on this machine's CPU. A measurement, not a check: run with
 /// `cargo test --release -p burn-flash-attn-kernels --test mma_codegen -- --ignored --nocapture`.
+/// With `FLASH_DUMP_DIR` it writes those kernels' sources (`bench_*.cu`, the one-pass dK/dV
+/// too), which `scripts/cuda_offline_sass.sh` compiles for sm_90a.
 #[test]
 #[ignore = "a timing, printed: run it by name with --ignored"]
 fn cubecl_codegen_time_of_the_bench_configs() {
@@ -433,6 +435,8 @@ fn cubecl_codegen_time_of_the_bench_configs() {
             let (source, _) = mma_source::<half::bf16, u32>(&client, config);
             let ms = start.elapsed().as_secs_f64() * 1e3;
             println!("forward,{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
+            let name = format!("hd{head_dim}_n{seq}{}", if causal { "_causal" } else { "" });
+            dump(&format!("bench_forward_{name}.cu"), &source);
             for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
                 let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
                 let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
@@ -444,6 +448,13 @@ fn cubecl_codegen_time_of_the_bench_configs() {
                 };
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 println!("{kernel:?},{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
+                dump(&format!("bench_{kernel:?}_{name}.cu"), &source);
+                if kernel == BackwardKernel::KeyValue {
+                    let one_pass = MmaGradientConfig { atomic_dq: true, ..config };
+                    let one_pass_settings = support::cuda_codegen::settings(CubeDim::new_2d(32, one_pass.planes()));
+                    let (source, _) = dkdv_source::<half::bf16>(&client, one_pass_settings, one_pass);
+                    dump(&format!("bench_OnePass_{name}.cu"), &source);
+                }
             }
         }
     }

@@ -227,7 +227,8 @@ pub fn gradient(
     } else if !layout.rows_chunked {
         GradientChoice::RowsNotChunked
     } else {
-        let mut blocks = Some(tuning.backward_mma.unwrap_or_else(mma_blocks::backward_default));
+        let dim = problem.head_dim.max(problem.val_dim);
+        let mut blocks = Some(tuning.backward_mma.unwrap_or_else(|| mma_blocks::backward_default(dim)));
         while let Some(candidate) = blocks {
             let config = GradientConfig::Mma(mma_config(caps, problem, kernel, candidate));
             if fits(caps, &config) {

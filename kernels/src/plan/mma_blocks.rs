@@ -126,20 +126,32 @@ pub fn forward_default(causal: bool) -> MmaBlocks {
     }
 }
 
-/// The mma backward's measured blocks: planes per cube (the outer, accumulated block is 16
-/// rows per plane), rows of the inner (streamed) block, its shared-memory buffers (1: each
-/// inner block loaded between two cube waits; 2: the next one started while this one
-/// computes) and whether it streams by `cp.async`. The best balance of one tuning run (H200,
-/// bf16, forward + backward TFLOP/s, 2026-11-30, commit a4ea89f,
-/// `benches/results/2026-11-30-h200-7173502/tune.csv`): 4 planes x 32 inner rows, one buffer,
-/// by cp.async: 139.0 / 98.6 at (64,12,1024,64) not causal / causal, 156.2 / 131.6 at
-/// (16,16,2048,128); 8 x 32 x 2 by cp.async: 135.2 / 93.9 and 160.8 / 127.7. 64-row inner
-/// blocks were slower everywhere (H200, 2026-11-30, commit 863d8fd,
-/// `benches/results/2026-11-30-h200-0af16f3/tune.csv`).
-pub fn backward_default() -> MmaBlocks {
+/// The mma backward's measured blocks for a head of `dim` (the larger of head_dim and
+/// val_dim): planes per cube (the outer, accumulated block is 16 rows per plane), rows of the
+/// inner (streamed) block, its shared-memory buffers (2: the next inner block is copied by
+/// `cp.async` while this one computes, which hides the copy the kernels otherwise wait for at
+/// each block) and whether it streams by `cp.async`. The fastest of one tuning run (H200, bf16,
+/// forward + backward TFLOP/s of the two gradient kernels with these blocks, 2026-12-02, the
+/// kernels of commit 65310dc, `benches/results/2026-12-02-h200-65310dc/tune.csv`), not causal /
+/// causal:
+/// - dim > 64: 8 planes (128 keys) x 64 inner rows, two buffers: 231.6 / 200.1 at
+///   (4,16,8192,128), against 195.9 / 180.8 for the earlier 4 x 32 x one buffer and 220.3 /
+///   198.9 for 4 x 32 x two buffers;
+/// - dim <= 64: 4 planes x 32 inner rows, two buffers: 179.4 / 137.1 at (16,16,2048,64) and
+///   119.0 / 67.1 at (32,12,1024,32), against 170.1 / 133.5 and 98.7 / 72.6 with one buffer;
+///   8 x 64 x two buffers: 169.9 / 125.9 and 110.8 / 66.8.
+///
+/// (Measured 2026-11-30 on the kernels of that day, two buffers and 64-row inner blocks were
+/// not faster: `benches/results/2026-11-30-h200-7173502/tune.csv`; the gradient kernels have
+/// streamed by `cp.async` since.)
+pub fn backward_default(dim: usize) -> MmaBlocks {
     MmaBlocks {
         async_copy: true,
-        ..blocks(4, 32, TILE_M, 1)
+        ..if dim > 64 {
+            blocks(8, 64, TILE_M, 2)
+        } else {
+            blocks(4, 32, TILE_M, 2)
+        }
     }
 }
 

@@ -69,6 +69,8 @@ pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties
 
     let dtypes = [FloatKind::F16, FloatKind::BF16];
     let mut props = simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &dtypes);
+    // sm_90 copies global to shared memory asynchronously (cp.async): the planner streams by it.
+    props.features.copy_async = true;
     props.features.matmul.mma.clear();
     for dtype in dtypes {
         let elem = elem_type(dtype).into();
