@@ -126,6 +126,10 @@ pub fn forward_default(causal: bool) -> MmaBlocks {
     }
 }
 
+/// The widest head (the larger of head_dim and val_dim) the backward's narrow-head blocks are
+/// for; wider heads take 8 planes x 64 inner rows ([`backward_default`]).
+const BACKWARD_NARROW_HEAD: usize = 64;
+
 /// The mma backward's measured blocks for a head of `dim` (the larger of head_dim and
 /// val_dim): planes per cube (the outer, accumulated block is 16 rows per plane), rows of the
 /// inner (streamed) block, its shared-memory buffers (2: the next inner block is copied by
@@ -147,7 +151,7 @@ pub fn forward_default(causal: bool) -> MmaBlocks {
 pub fn backward_default(dim: usize) -> MmaBlocks {
     MmaBlocks {
         async_copy: true,
-        ..if dim > 64 {
+        ..if dim > BACKWARD_NARROW_HEAD {
             blocks(8, 64, TILE_M, 2)
         } else {
             blocks(4, 32, TILE_M, 2)
