@@ -56,9 +56,12 @@ const SHAPES: [[usize; 4]; 5] =
 const MEMORY_SEQS: [usize; 4] = [1024, 2048, 4096, 8192];
 /// Calls before timing: kernel compilation and memory-pool growth stay out of the numbers.
 const WARMUP: usize = 2;
-/// Each timing runs at least this long and at least `MIN_ITERS` times (a device call has 10 min).
+/// Each timing runs at least this long and at least `MIN_ITERS` calls (a device call has 10 min).
 const MIN_TIME: Duration = Duration::from_millis(300);
-const MIN_ITERS: usize = 3;
+const MIN_ITERS: usize = 10;
+/// Timed calls are queued back to back, as a training loop queues them, with one device sync
+/// per this many calls (PyTorch's `do_bench`, which times the anchors, queues its calls too).
+const CALLS_PER_SYNC: usize = 10;
 /// forward + backward FLOPs / forward FLOPs (FlashAttention's convention: backward = 2.5×).
 const TRAIN_FLOP_FACTOR: f64 = 3.5;
 
@@ -66,43 +69,57 @@ fn device<B: Backend>() -> B::Device {
     Default::default()
 }
 
-fn inputs<B: Backend>([b, h, n, d]: [usize; 4]) -> [Tensor<B, 4>; 4] {
+fn inputs<B: Backend>([b, h, n, d]: [usize; 4]) -> [Tensor<B, 4>; 3] {
     let dev = device::<B>();
-    [0; 4].map(|_| Tensor::random([b, h, n, d], Distribution::Normal(0.0, 1.0), &dev))
+    [0; 3].map(|_| Tensor::random([b, h, n, d], Distribution::Normal(0.0, 1.0), &dev))
 }
 
 fn options(causal: bool) -> AttentionModuleOptions {
     AttentionModuleOptions { is_causal: causal, ..Default::default() }
 }
 
+/// One forward call, queued (the caller syncs: [`sync`]).
 fn forward<B: Backend>(shape: [usize; 4], causal: bool) -> impl FnMut() {
-    let [q, k, v, _] = inputs::<B>(shape);
+    let [q, k, v] = inputs::<B>(shape);
     move || {
         let out = attention(q.clone(), k.clone(), v.clone(), None, None, options(causal));
         drop(out);
-        B::sync(&device::<B>()).expect("device sync");
     }
 }
 
+/// One forward + backward call, queued (the caller syncs: [`sync`]). The backward starts from
+/// the output's gradient (`backward()` on the output seeds it with ones), as the anchors'
+/// `out.backward(d_out)` does: no loss is computed, so the row times attention only.
 fn train<B: AutodiffBackend>(shape: [usize; 4], causal: bool) -> impl FnMut() {
-    let [q, k, v, d_out] = inputs::<B>(shape);
+    let [q, k, v] = inputs::<B>(shape);
     move || {
         let [q, k, v] = [&q, &k, &v].map(|x| x.clone().detach().require_grad());
         let out = attention(q.clone(), k, v, None, None, options(causal));
-        let grads = (out * d_out.clone()).sum().backward();
+        let grads = out.backward();
         drop(q.grad(&grads));
-        B::sync(&device::<B>()).expect("device sync");
     }
 }
 
-/// Mean milliseconds per call after a warm-up.
+/// Waits for everything queued on the device. Every row's backend (`Flash<Inner>`,
+/// `Autodiff<Inner>`, ...) runs on `Inner`'s device, whose sync also flushes fusion's queue.
+fn sync() {
+    Inner::sync(&device::<Inner>()).expect("device sync");
+}
+
+/// Mean milliseconds per call after a warm-up: calls queued back to back, a device sync after
+/// every [`CALLS_PER_SYNC`], host clock from the first call to the last sync. A call whose host
+/// work outlasts its device work is timed by its host work.
 fn time(mut run: impl FnMut()) -> f64 {
-    (0..WARMUP).for_each(|_| run());
+    (0..WARMUP).for_each(|_| {
+        run();
+        sync();
+    });
     let start = Instant::now();
     let mut iters = 0;
     while iters < MIN_ITERS || start.elapsed() < MIN_TIME {
-        run();
-        iters += 1;
+        (0..CALLS_PER_SYNC).for_each(|_| run());
+        sync();
+        iters += CALLS_PER_SYNC;
     }
     start.elapsed().as_secs_f64() * 1e3 / iters as f64
 }
@@ -112,8 +129,10 @@ fn time(mut run: impl FnMut()) -> f64 {
 fn peak_mib(mut run: impl FnMut()) -> f64 {
     let client = Runtime::client(&Default::default());
     run();
+    sync();
     client.memory_cleanup();
     run();
+    sync();
     let usage = client.memory_usage().expect("memory usage");
     usage.bytes_reserved as f64 / (1024.0 * 1024.0)
 }

@@ -8,7 +8,9 @@ backward branch of the SASS closes a loop; the loops with mma instructions (HMMA
 kernels' streaming loops (one block of the inner sequence per iteration; one loop per masking
 form). The report gives, per such loop, its instructions, HMMAs, instructions per HMMA, MUFU
 (exp) and local-memory (spill) instructions: the issue budget around the tensor cores, which no
-GPU is needed to read.
+GPU is needed to read. Per kernel it also gives the CUDA source's size and the seconds nvrtc
+(source to PTX) and ptxas (PTX to SASS, what the driver does with the PTX on a first launch)
+took on this machine: where a first call's compilation goes, on another CPU than the device's.
 
 usage: sass_report.py TOOLS_DIR OUT_CSV FILE.cu...
 """
@@ -19,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 SASS_LINE = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 BRANCH_TARGET = re.compile(r"\bBRA\b.*?(0x[0-9a-f]+)")
@@ -73,11 +76,15 @@ def main():
     for source in sorted(sources):
         name = os.path.basename(source)[: -len(".cu")]
         base = os.path.join(os.path.dirname(out_csv), name)
+        started = time.perf_counter()
         open(base + ".ptx", "wb").write(nvrtc_ptx(lib, tools, source))
+        nvrtc_s = time.perf_counter() - started
+        started = time.perf_counter()
         info = subprocess.run(
             [ptxas, "-arch=sm_90a", "-v", base + ".ptx", "-o", base + ".cubin"],
             capture_output=True, text=True, check=True,
         ).stderr
+        ptxas_s = time.perf_counter() - started
         registers = int(re.search(r"Used (\d+) registers", info).group(1))
         spill_stores = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         spill_loads = int(re.search(r"(\d+) bytes spill loads", info).group(1))
@@ -90,12 +97,14 @@ def main():
             hmma = sum(n for op, n in ops.items() if op.startswith("HMMA"))
             local = sum(n for op, n in ops.items() if op.startswith(("LDL", "STL")))
             rows.append({
-                "kernel": name, "registers": registers, "spill_store_bytes": spill_stores,
+                "kernel": name, "source_kib": os.path.getsize(source) // 1024,
+                "nvrtc_s": f"{nvrtc_s:.2f}", "ptxas_s": f"{ptxas_s:.2f}", "registers": registers, "spill_store_bytes": spill_stores,
                 "spill_load_bytes": spill_loads, "loop": index, "instructions": len(body), "hmma": hmma,
                 "per_hmma": f"{len(body) / hmma:.2f}", "mufu": sum(n for op, n in ops.items() if op.startswith("MUFU")),
                 "local_memory": local,
             })
-        print(f"{name}: {registers} registers, {spill_stores} B spill stores; "
+        print(f"{name}: {os.path.getsize(source) // 1024} KiB of CUDA, nvrtc {nvrtc_s:.1f} s, ptxas {ptxas_s:.1f} s; "
+              f"{registers} registers, {spill_stores} B spill stores; "
               + "; ".join(f"loop {r['loop']}: {r['instructions']} instr / {r['hmma']} HMMA = {r['per_hmma']}, {r['local_memory']} LDL/STL"
                           for r in rows if r["kernel"] == name))
     with open(out_csv, "w", newline="") as f:
