@@ -105,20 +105,36 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
     }
 }
 
-/// The mma forward's measured blocks: the fastest of one tuning run (H200, bf16, forward
-/// TFLOP/s, 2026-11-30, commit a4ea89f, `benches/results/2026-11-30-h200-7173502/tune.csv`) at
-/// (64,12,1024,64) and (16,16,2048,128), not causal / causal:
-/// - not causal: 4 planes of 32 rows, 64 keys, 2 buffers by cp.async: 190.9 and 246.5 (through
-///   registers, 4 x 64 x 32 x 2 at head_dim 64 and 4 x 32 x 32 x 2 at 128: 151.1 / 197.5);
-/// - causal: 4 planes of 32 rows, 32 keys, 2 buffers by cp.async: 124.3 and 187.9 (through
-///   registers, 8 x 32 x 16 x 2 / 4 x 32 x 32 x 2: 100.2 / 154.4).
+/// The widest head (the larger of head_dim and val_dim) whose causal forward streams 32 keys
+/// per block ([`forward_default`]); wider causal heads, and every head without causal, stream 64.
+const FORWARD_CAUSAL_NARROW_HEAD: usize = 32;
+
+/// The mma forward's measured blocks for a head of `dim` (the larger of head_dim and val_dim):
+/// 4 planes of 32 rows (128 queries per cube), 2 key/value buffers by cp.async, and 64 keys per
+/// block, except causal at `dim <= 32`, 32 keys.
+///
+/// Not causal: the fastest of one tuning run (H200, bf16, forward TFLOP/s, 2026-11-30, commit
+/// a4ea89f, `benches/results/2026-11-30-h200-7173502/tune.csv`) at (64,12,1024,64) and
+/// (16,16,2048,128): 190.9 and 246.5 (through registers, 4 x 64 x 32 x 2 at head_dim 64 and 4 x
+/// 32 x 32 x 2 at 128: 151.1 / 197.5); the same in the run of 2026-12-03 (the kernels of
+/// 3c0a43b, bench of 877205e, `benches/results/2026-12-03-h200-877205e/tune-forward.csv`):
+/// 222.0 / 244.7 / 275.5 / 146.8 at (64,12,1024,64) / (16,16,2048,64) / (16,16,2048,128) /
+/// (32,12,1024,32) against 162.3-195.5, 171.0-212.7, 126.2-260.3 and 114.8-147.3 for 4 x 32 x 32,
+/// 8 x 64 x 16, 8 x 32 x 16, 4 x 128 x 32, 8 x 128 x 16 and 2 x 64 x 32 (two buffers each).
+///
+/// Causal, same run of 2026-12-03: 64 keys at head dim 64, 154.7 and 194.8 at (64,12,1024,64) and
+/// (16,16,2048,64) against 144.1 and 174.3 with 32 keys (the earlier causal default); at head dim
+/// 128 the two are level (210.3 against 213.8), at 32, 32 keys stay ahead by a little (96.1
+/// against 94.5 at (32,12,1024,32), within the run's spread of about 2.5 %).
 ///
 /// Through registers, 32-row planes spilled with 64 keys (the staged block costs 32 to 64
-/// registers); 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s).
-pub fn forward_default(causal: bool) -> MmaBlocks {
+/// registers); 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s). With cp.async the
+/// head-dim-128 forward still spills (380 bytes, `scripts/cuda_offline_sass.sh`), and every
+/// other shape measured was slower.
+pub fn forward_default(causal: bool, dim: usize) -> MmaBlocks {
     MmaBlocks {
         async_copy: true,
-        ..if causal {
+        ..if causal && dim <= FORWARD_CAUSAL_NARROW_HEAD {
             blocks(4, 32, 32, 2)
         } else {
             blocks(4, 64, 32, 2)
