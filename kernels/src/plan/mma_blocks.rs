@@ -105,36 +105,38 @@ const fn blocks(planes: u32, block_kv: u32, plane_rows: u32, buffers: u32) -> Mm
     }
 }
 
-/// The widest head (the larger of head_dim and val_dim) whose causal forward streams 32 keys
-/// per block ([`forward_default`]); wider causal heads, and every head without causal, stream 64.
-const FORWARD_CAUSAL_NARROW_HEAD: usize = 32;
+/// The heads (the larger of head_dim and val_dim) whose causal forward streams 64 keys per
+/// block ([`forward_default`]); other causal heads stream 32, and every head without causal 64.
+const FORWARD_CAUSAL_64_KEYS: core::ops::RangeInclusive<usize> = 33..=64;
 
 /// The mma forward's measured blocks for a head of `dim` (the larger of head_dim and val_dim):
 /// 4 planes of 32 rows (128 queries per cube), 2 key/value buffers by cp.async, and 64 keys per
-/// block, except causal at `dim <= 32`, 32 keys.
+/// block, except causal outside [`FORWARD_CAUSAL_64_KEYS`], 32 keys.
 ///
 /// Not causal: the fastest of one tuning run (H200, bf16, forward TFLOP/s, 2026-11-30, commit
 /// a4ea89f, `benches/results/2026-11-30-h200-7173502/tune.csv`) at (64,12,1024,64) and
 /// (16,16,2048,128): 190.9 and 246.5 (through registers, 4 x 64 x 32 x 2 at head_dim 64 and 4 x
-/// 32 x 32 x 2 at 128: 151.1 / 197.5); the same in the run of 2026-12-03 (the kernels of
-/// 3c0a43b, bench of 877205e, `benches/results/2026-12-03-h200-877205e/tune-forward.csv`):
-/// 222.0 / 244.7 / 275.5 / 146.8 at (64,12,1024,64) / (16,16,2048,64) / (16,16,2048,128) /
-/// (32,12,1024,32) against 162.3-195.5, 171.0-212.7, 126.2-260.3 and 114.8-147.3 for 4 x 32 x 32,
-/// 8 x 64 x 16, 8 x 32 x 16, 4 x 128 x 32, 8 x 128 x 16 and 2 x 64 x 32 (two buffers each).
+/// 32 x 32 x 2 at 128: 151.1 / 197.5); again in the run of 2026-12-03 (the kernels of 3c0a43b,
+/// bench of 877205e, `benches/results/2026-12-03-h200-877205e/tune-forward.csv`): 222.0 / 244.7
+/// / 275.5 / 146.8 at (64,12,1024,64) / (16,16,2048,64) / (16,16,2048,128) / (32,12,1024,32),
+/// against 157.4-195.5, 171.0-212.7, 126.2-260.3 and 114.8-147.3 for 4 x 32 x 32, 8 x 64 x 16,
+/// 8 x 32 x 16, 4 x 128 x 32, 8 x 128 x 16 and 2 x 64 x 32 (two buffers each; 2 x 64 x 32 at
+/// (32,12,1024,32): 147.3, level).
 ///
-/// Causal, same run of 2026-12-03: 64 keys at head dim 64, 154.7 and 194.8 at (64,12,1024,64) and
-/// (16,16,2048,64) against 144.1 and 174.3 with 32 keys (the earlier causal default); at head dim
-/// 128 the two are level (210.3 against 213.8), at 32, 32 keys stay ahead by a little (96.1
-/// against 94.5 at (32,12,1024,32), within the run's spread of about 2.5 %).
+/// Causal, same run: at head dim 64, 64 keys ran at 154.7 and 194.8 at (64,12,1024,64) and
+/// (16,16,2048,64) against 144.1 and 174.3 with 32 keys. At 128 the two are level (210.3 against
+/// 213.8) and 32 keys compile to half the CUDA (765 against 1354 KiB, half the nvrtc time) without
+/// the 256 bytes of spills of 64 keys (`scripts/cuda_offline_sass.sh`); at 32, 32 keys stay a
+/// little ahead (96.1 against 94.5 at (32,12,1024,32), within the run's spread of about 2.5 %).
 ///
 /// Through registers, 32-row planes spilled with 64 keys (the staged block costs 32 to 64
 /// registers); 16 planes of 16 rows spilled at head_dim 128 (17 TFLOP/s). With cp.async the
-/// head-dim-128 forward still spills (380 bytes, `scripts/cuda_offline_sass.sh`), and every
-/// other shape measured was slower.
+/// unmasked head-dim-128 forward still spills (380 bytes), and every other shape measured was
+/// slower.
 pub fn forward_default(causal: bool, dim: usize) -> MmaBlocks {
     MmaBlocks {
         async_copy: true,
-        ..if causal && dim <= FORWARD_CAUSAL_NARROW_HEAD {
+        ..if causal && !FORWARD_CAUSAL_64_KEYS.contains(&dim) {
             blocks(4, 32, 32, 2)
         } else {
             blocks(4, 64, 32, 2)
@@ -237,6 +239,17 @@ mod tests {
             })
         );
         assert_eq!(parse("4,32,16,1,0"), Some(blocks(4, 32, 16, 1)));
+    }
+
+    #[test]
+    fn the_causal_forward_streams_64_keys_only_at_head_dims_33_to_64() {
+        for dim in [16, 32, 48, 64, 96, 128, 256] {
+            assert_eq!(forward_default(false, dim).block_kv, 64, "not causal, dim {dim}");
+            let causal_keys = if (33..=64).contains(&dim) { 64 } else { 32 };
+            assert_eq!(forward_default(true, dim).block_kv, causal_keys, "causal, dim {dim}");
+            assert_eq!(forward_default(true, dim).planes, 4);
+            assert!(forward_default(true, dim).async_copy);
+        }
     }
 
     #[test]
