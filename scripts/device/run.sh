@@ -4,8 +4,11 @@
 # .carry/anchors/. Every step writes its full output under $OUT and prints a short tail.
 #
 #   scripts/device/run.sh STEP...
-#   STEP: ptests | vtests | ktests | conformance | speed | bar | quick | memory | anchors | features
-#         | features-burn | tune | profile | kprofile | dqab | sanitize
+#   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
+#         | features | features-burn | tune | profile | kprofile | dqab | sanitize
+# h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
+# (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
+# the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
 # PTESTS picks them: forward, forward-rows32, backward, backward-atomic, wave64, conformance,
@@ -26,6 +29,9 @@ for f in .carry/bin/*.gz; do
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 export PYTHONUNBUFFERED=1
+# Issue 15's eight shapes (torch_attention.py's default list).
+EIGHT=(--shape=64,12,1024,64 --shape=16,16,2048,64 --shape=8,16,4096,64 --shape=16,16,2048,128
+  --shape=4,16,8192,128 --shape=32,12,1024,32 --shape=6,12,512,32 --shape=1,16,32768,128)
 
 step() {  # step NAME COMMAND...: runs COMMAND (cut after STEP_TIMEOUT s), full log under $OUT
   local name=$1; shift
@@ -117,8 +123,23 @@ for s in "$@"; do
     # N = 8192 seconds): a 240 s limit cut both of these on 2026-11-30 (H200, 0af16f3).
     bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
     # The one-pass backward against dQ's own kernel, interleaved in one process (DQAB_ARGS:
-    # shapes, default the bar's).
-    dqab) STEP_TIMEOUT=${DQAB_TIMEOUT:-420} step dqab "$BIN/attention" dq-ab ${DQAB_ARGS:---bar} ;;
+    # shapes, default the eight of `h200`; 126 s on 2026-12-03).
+    dqab)
+      if [ -n "${DQAB_ARGS:-}" ]; then args=($DQAB_ARGS); else args=("${EIGHT[@]}"); fi
+      STEP_TIMEOUT=${DQAB_TIMEOUT:-420} step dqab "$BIN/attention" dq-ab "${args[@]}" ;;
+    h200)
+      # About 90 s for ours and 75 s for PyTorch's four paths (2026-12-03).
+      start=$SECONDS
+      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+        > "$OUT/ours.csv" 2> "$OUT/ours.err"
+      echo "== ours: exit $?, $((SECONDS - start)) s"
+      timeout "${ANCHOR_TIMEOUT:-240}" python3 .carry/anchors/torch_attention.py \
+        > "$OUT/torch.csv" 2> "$OUT/torch.err"
+      echo "== torch: exit $?, $((SECONDS - start)) s"
+      { cat "$OUT/ours.csv"
+        grep -E '^torch-sdpa-(flash|cudnn),' "$OUT/torch.csv" | sed 's/,True,/,true,/; s/,False,/,false,/'
+      } > "$OUT/h200.csv"
+      cat "$OUT/h200.csv" ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     # The model features (issue 13): ours, PyTorch's anchors, the N = 8192 padding memory;
