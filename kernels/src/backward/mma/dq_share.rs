@@ -52,6 +52,13 @@ pub(super) fn store_ds_rows<F: Float>(
 /// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
 /// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
 /// there are zeros, so the keys need no bound.
+///
+/// `dq_acc` is the contiguous accumulator of [`crate::backward::dq_sink::zeroed_accumulator`]
+/// (`[batch, num_heads, seq_q, head_dim]`): an element's place inside the (batch, head) is
+/// `row * head_dim + col` with head_dim known when the kernel is built, so the work-item loop
+/// reads no strides (which the kernel, at the edge of its registers, would otherwise reload
+/// from the tensor metadata in every item), and where head_dim is a whole number of 16-column
+/// steps no column needs a bound.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
@@ -69,6 +76,10 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
     let items = comptime!(row_tiles * config.mma_head_steps());
     let ds_stride = comptime!(config.ds_tile_row_pairs());
     let hs = comptime!(config.mma_head_stride());
+    let head_dim = comptime!(config.head_dim);
+    // Every column of every step is inside head_dim: no column bound (all head dims the mma
+    // path takes but those of 16k + 8 columns).
+    let whole_steps = comptime!(config.head_dim.is_multiple_of(TILE_M));
     let base = batch as usize * dq_acc.stride(0) + head as usize * dq_acc.stride(1);
     let mut item = UNIT_POS_Y;
     while item < items {
@@ -80,19 +91,21 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
             let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, step);
             mma_tile_pair::<F>(&a, &b, &mut share, 0u32);
         }
+        let first_col = step * TILE_M + lane.quad * 2;
         #[unroll]
         for h in 0..2u32 {
             let row = q_start + row_tile * TILE_M + lane.group + h * BOTTOM_ROW;
             if row < seq_q {
-                let row_base = base + row as usize * dq_acc.stride(2);
+                let at = base + row as usize * head_dim as usize + first_col as usize;
                 #[unroll]
                 for t in 0..2u32 {
                     let pair = share[(t * ACC_REGS + h) as usize];
                     #[unroll]
                     for e in 0..2u32 {
-                        let col = step * TILE_M + t * TILE_N + lane.quad * 2 + e;
-                        if col < config.head_dim {
-                            D::add(dq_acc, row_base + col as usize * dq_acc.stride(3), pair[e as usize]);
+                        let offset = comptime!(t * TILE_N + e);
+                        // A constant `true ||` where the steps are whole: no compare is emitted.
+                        if whole_steps || first_col + offset < head_dim {
+                            D::add(dq_acc, at + offset as usize, pair[e as usize]);
                         }
                     }
                 }
