@@ -7,7 +7,8 @@
 //! pair (S, dP, dV, dK, dQ) where the two-kernel backward recomputes S and dP in its dQ kernel
 //! (7). The order in which the key/value blocks' shares arrive varies from run to run, so dQ
 //! does too (in its last bits); dK and dV do not. Opt-in (`plan::DqAccumulation::Atomic`): on
-//! the H200 the mma one pass measured 0.75-0.94x the two-kernel backward (benches/RESULTS.md).
+//! the H200 the mma one pass measured 0.74-0.88x the two-kernel backward (2026-12-03,
+//! benches/RESULTS.md).
 //!
 //! Which kernel variant accumulates is a type, [`DqSink`]: [`AtomicDq`] binds the accumulator
 //! as `Atomic<f32>` (a device needs f32 atomic add for it), [`NoDq`] as plain f32 and adds
