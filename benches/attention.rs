@@ -106,14 +106,17 @@ fn sync() {
     Inner::sync(&device::<Inner>()).expect("device sync");
 }
 
+/// One call, waited for (warm-ups, memory peaks, the profiler's calls).
+fn synced(run: &mut impl FnMut()) {
+    run();
+    sync();
+}
+
 /// Mean milliseconds per call after a warm-up: calls queued back to back, a device sync after
 /// every [`CALLS_PER_SYNC`], host clock from the first call to the last sync. A call whose host
 /// work outlasts its device work is timed by its host work.
 fn time(mut run: impl FnMut()) -> f64 {
-    (0..WARMUP).for_each(|_| {
-        run();
-        sync();
-    });
+    (0..WARMUP).for_each(|_| synced(&mut run));
     let start = Instant::now();
     let mut iters = 0;
     while iters < MIN_ITERS || start.elapsed() < MIN_TIME {
@@ -128,11 +131,9 @@ fn time(mut run: impl FnMut()) -> f64 {
 /// that compilation and autotune allocations are not counted).
 fn peak_mib(mut run: impl FnMut()) -> f64 {
     let client = Runtime::client(&Default::default());
-    run();
-    sync();
+    synced(&mut run);
     client.memory_cleanup();
-    run();
-    sync();
+    synced(&mut run);
     let usage = client.memory_usage().expect("memory usage");
     usage.bytes_reserved as f64 / (1024.0 * 1024.0)
 }

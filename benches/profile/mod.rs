@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use cubecl::config::profiling::ProfilingLogLevel;
 
-use super::{Autodiff, Flash, Inner, WARMUP, check_route, forward, sync, train};
+use super::{Autodiff, Flash, Inner, WARMUP, check_route, forward, synced, train};
 
 mod tables;
 use tables::totals;
@@ -54,16 +54,10 @@ pub fn profile(shapes: &[[usize; 4]], log: &Path) {
                 ("fwd+bwd", Box::new(train::<Flash<Autodiff<Inner>>>(shape, causal))),
             ];
             for (pass, mut run) in passes {
-                (0..WARMUP).for_each(|_| {
-                    run();
-                    sync();
-                });
+                (0..WARMUP).for_each(|_| synced(&mut run));
                 std::thread::sleep(LOGGER_FLUSH);
                 let start = std::fs::metadata(log).map_or(0, |m| m.len() as usize);
-                (0..CALLS).for_each(|_| {
-                    run();
-                    sync();
-                });
+                (0..CALLS).for_each(|_| synced(&mut run));
                 check_route("flash", shape);
                 std::thread::sleep(LOGGER_FLUSH);
                 let text = std::fs::read(log).unwrap_or_default();

@@ -172,6 +172,12 @@ impl AttentionProblem {
         self.batch * self.num_heads
     }
 
+    /// The larger of head_dim and val_dim: the width the mma blocks are measured by
+    /// ([`crate::plan::mma_blocks`]).
+    pub fn widest_dim(&self) -> usize {
+        self.head_dim.max(self.val_dim)
+    }
+
     /// Columns `[0, end)` row `row` may attend to when causal (bottom-right alignment).
     /// Returns 0 for rows that see nothing.
     pub fn causal_end(&self, row: usize) -> usize {

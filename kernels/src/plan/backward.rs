@@ -227,8 +227,8 @@ pub fn gradient(
     } else if !layout.rows_chunked {
         GradientChoice::RowsNotChunked
     } else {
-        let dim = problem.head_dim.max(problem.val_dim);
-        let mut blocks = Some(tuning.backward_mma.unwrap_or_else(|| mma_blocks::backward_default(dim)));
+        let default = || mma_blocks::backward_default(problem.widest_dim());
+        let mut blocks = Some(tuning.backward_mma.unwrap_or_else(default));
         while let Some(candidate) = blocks {
             let config = GradientConfig::Mma(mma_config(caps, problem, kernel, candidate));
             if fits(caps, &config) {

@@ -330,8 +330,7 @@ fn mma_config(
             problem.dtype, problem.head_dim, problem.val_dim
         )));
     }
-    let dim = problem.head_dim.max(problem.val_dim);
-    let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal, dim));
+    let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal, problem.widest_dim()));
     let mut blocks = Some(first);
     while let Some(candidate) = blocks {
         let config = candidate.forward_config(caps, problem);
