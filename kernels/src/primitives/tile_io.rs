@@ -59,6 +59,35 @@ pub fn load_tile<E: Numeric, S: Numeric>(
     }
 }
 
+/// Where one (batch, head)'s rows of an f32 `[batch, heads, seq]` tensor (the lse or delta)
+/// sit: read once, before a loop that reads a row per iteration ([`view_row_stat`]), so that
+/// the loop reads no shape or strides.
+#[derive(CubeType, Clone, Copy)]
+pub struct StatView {
+    pub base: usize,
+    pub stride: usize,
+    pub rows: u32,
+}
+
+#[cube]
+pub fn stat_view(stat: &Tensor<f32>, batch: u32, head: u32) -> StatView {
+    StatView {
+        base: batch as usize * stat.stride(0) + head as usize * stat.stride(1),
+        stride: stat.stride(2),
+        rows: stat.shape(2) as u32,
+    }
+}
+
+/// [`row_stat`] through a [`StatView`] of the same tensor.
+#[cube]
+pub fn view_row_stat(stat: &Tensor<f32>, view: &StatView, row: u32) -> f32 {
+    let mut value = 0.0f32;
+    if row < view.rows {
+        value = stat[view.base + row as usize * view.stride];
+    }
+    value
+}
+
 /// Value `row` of an f32 `[batch, heads, seq]` tensor (the lse or delta of a query row), 0 past
 /// the end.
 #[cube]

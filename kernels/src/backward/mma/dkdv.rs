@@ -8,6 +8,7 @@ use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
+use crate::primitives::tile_io::{StatView, stat_view};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -181,7 +182,9 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
             second_view: d_out_view,
         },
         lse: *lse,
+        lse_view: stat_view(lse, batch, head),
         delta: *delta,
+        delta_view: stat_view(delta, batch, head),
         mask: *mask,
         bias: *bias,
         params,
@@ -250,7 +253,9 @@ struct QueryInputs<F: Float, M: Int, N: Size> {
     /// Q and dO.
     q_dout: PairSource<F, N>,
     lse: Tensor<f32>,
+    lse_view: StatView,
     delta: Tensor<f32>,
+    delta_view: StatView,
     mask: Tensor<M>,
     bias: Tensor<F>,
     params: ScoreParams,
@@ -310,9 +315,9 @@ impl<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> BlockBody for QueryBlo
         );
         let fetched = fetch_stats(
             &inputs.lse,
+            &inputs.lse_view,
             &inputs.delta,
-            inputs.batch,
-            inputs.head,
+            &inputs.delta_view,
             q_start,
             config,
         );

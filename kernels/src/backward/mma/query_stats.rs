@@ -3,7 +3,7 @@
 //! into the stats tiles beside the block's Q and dO.
 use cubecl::prelude::*;
 
-use crate::primitives::tile_io::row_stat;
+use crate::primitives::tile_io::{StatView, view_row_stat};
 use crate::backward::config::MmaGradientConfig;
 
 /// The lse and delta of one query row, on their way to the stats tiles.
@@ -14,13 +14,13 @@ pub(super) struct QueryStats {
 }
 
 /// The lse and delta of query row `q_start + UNIT_POS` for the units that own a row of the
-/// block (0 elsewhere and past seq_q).
+/// block (0 elsewhere and past seq_q), through views made before the loop.
 #[cube]
 pub(super) fn fetch_stats(
     lse: &Tensor<f32>,
+    lse_view: &StatView,
     delta: &Tensor<f32>,
-    batch: u32,
-    head: u32,
+    delta_view: &StatView,
     q_start: u32,
     #[comptime] config: MmaGradientConfig,
 ) -> QueryStats {
@@ -29,8 +29,8 @@ pub(super) fn fetch_stats(
         delta: 0.0f32,
     };
     if UNIT_POS < config.block_q {
-        stats.lse = row_stat(lse, batch, head, q_start + UNIT_POS);
-        stats.delta = row_stat(delta, batch, head, q_start + UNIT_POS);
+        stats.lse = view_row_stat(lse, lse_view, q_start + UNIT_POS);
+        stats.delta = view_row_stat(delta, delta_view, q_start + UNIT_POS);
     }
     stats
 }
