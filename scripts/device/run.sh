@@ -140,6 +140,31 @@ for s in "$@"; do
         grep -E '^torch-sdpa-(flash|cudnn),' "$OUT/torch.csv" | sed 's/,True,/,true,/; s/,False,/,false,/'
       } > "$OUT/h200.csv"
       cat "$OUT/h200.csv" ;;
+    ncu)
+      # Nsight Compute on one launch of each gradient kernel (the default two-kernel backward,
+      # then the one pass: BURN_FLASH_DQ=atomic) at NCU_SHAPE: sections as CSV in
+      # $OUT/ncu-{two,one}.csv, per-SASS-instruction stall samples in $OUT/ncu-{two,one}-sass.csv.
+      # --clock-control none: the clocks stay as the bench sees them.
+      ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+        2>/dev/null | head -n 1)
+      if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
+        for run in two one; do
+          dq=$([ $run = one ] && echo atomic || echo kernel)
+          start=$SECONDS
+          BURN_FLASH_DQ=$dq timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none \
+            --kernel-name regex:"${NCU_KERNELS:-dkdv_mma|dq_mma}" --launch-skip 2 \
+            --launch-count "$([ $run = one ] && echo 1 || echo 2)" --set full --import-source no \
+            -f -o "$OUT/ncu-$run" "$BIN/attention" speed --flash-only \
+            "--shape=${NCU_SHAPE:-16,16,2048,64}" > "$OUT/ncu-$run.log" 2>&1
+          echo "== ncu $run (BURN_FLASH_DQ=$dq): exit $?, $((SECONDS - start)) s"
+          "$ncu" --import "$OUT/ncu-$run.ncu-rep" --page details --csv > "$OUT/ncu-$run.csv" 2>&1
+          "$ncu" --import "$OUT/ncu-$run.ncu-rep" --page source --print-source sass --csv \
+            > "$OUT/ncu-$run-sass.csv" 2>&1
+          grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy)"' \
+            "$OUT/ncu-$run.csv" | cut -d, -f5,12- | head -12
+          rm -f "$OUT/ncu-$run.ncu-rep"
+        done
+      fi ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
     anchors) step anchors python3 .carry/anchors/torch_attention.py ;;
     # The model features (issue 13): ours, PyTorch's anchors, the N = 8192 padding memory;

@@ -13,14 +13,20 @@ use cubecl::prelude::*;
 use crate::backward::config::MmaGradientConfig;
 use crate::backward::dq_sink::DqSink;
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a_transposed, load_b_by_cols, mma_tile_pair,
-    zero_accumulators,
+    ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a_transposed, load_b_by_cols,
+    mma_tile_pair, zero_accumulators,
 };
 
 /// Where this lane's pair of accumulator tile `j`, row half `h` goes in the dS^T tile: key row
 /// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`.
 #[cube]
-fn ds_pair_index(plane_row: u32, lane: Lane, #[comptime] j: u32, #[comptime] h: u32, #[comptime] config: MmaGradientConfig) -> usize {
+fn ds_pair_index(
+    plane_row: u32,
+    lane: Lane,
+    #[comptime] j: u32,
+    #[comptime] h: u32,
+    #[comptime] config: MmaGradientConfig,
+) -> usize {
     let stride = comptime!(config.ds_tile_row_pairs());
     let key = plane_row + lane.group + h * BOTTOM_ROW;
     (key * stride + j * (TILE_N / 2) + lane.quad) as usize
@@ -46,12 +52,25 @@ pub(super) fn store_ds_rows<F: Float>(
     }
 }
 
+/// Work items a plane runs together (see [`add_dq_share`]): two at head dims up to 64 (all of
+/// the plane's items there); at 128 the plane's four items in two pairs, as four at once
+/// spilled twice the bytes of one at a time (316 against 156, offline SASS for sm_90a).
+const JOINT_ITEMS: u32 = 2;
+
 /// The one-pass backward's share of this block pair: `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
 /// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, one f32
 /// atomic add per element. Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
 /// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
 /// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
 /// there are zeros, so the keys need no bound.
+///
+/// Where the planes are a multiple of the row tiles and share the items evenly (the default
+/// blocks: 4 planes x 2 row tiles at head dims up to 64, 8 x 4 above), every item of a plane
+/// has the same row tile: the plane runs its items [`JOINT_ITEMS`] at a time, one dS fragment
+/// per key step feeding each item's K fragment, their accumulators independent chains of mma (all planes
+/// reach this step together, after the cube sync, so a plane working through its items one
+/// dependent chain at a time leaves the tensor cores idle on the mma latency). Otherwise the
+/// items run one after the other.
 ///
 /// `dq_acc` is the contiguous accumulator of [`crate::backward::dq_sink::zeroed_accumulator`]
 /// (`[batch, num_heads, seq_q, head_dim]`): an element's place inside the (batch, head) is
@@ -74,43 +93,146 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
 ) {
     let row_tiles = comptime!(config.block_q / TILE_M);
     let items = comptime!(row_tiles * config.mma_head_steps());
+    let planes = comptime!(config.planes());
+    let base = batch as usize * dq_acc.stride(0) + head as usize * dq_acc.stride(1);
+    if comptime!(planes.is_multiple_of(row_tiles) && items.is_multiple_of(planes)) {
+        // This plane's items: row tile `UNIT_POS_Y % row_tiles`, steps `first_step + i
+        // step_stride` for i < per_plane, taken `joint` at a time (item i of a group in
+        // accumulator tiles 2i and 2i + 1).
+        let per_plane = comptime!(items / planes);
+        let joint = comptime!(if per_plane.is_multiple_of(JOINT_ITEMS) {
+            JOINT_ITEMS
+        } else {
+            1
+        });
+        let step_stride = comptime!(planes / row_tiles);
+        let row_tile = UNIT_POS_Y % row_tiles;
+        let first_step = UNIT_POS_Y / row_tiles;
+        let q_row = q_start + row_tile * TILE_M;
+        if comptime!(per_plane == joint) {
+            add_group::<F, D, N>(
+                dq_acc, ds_tile, k_tile, base, q_row, row_tile, first_step, seq_q, lane, joint,
+                config,
+            );
+        } else {
+            // A loop whose trip count the compiler cannot see (it starts at this plane's step),
+            // so that it does not unroll it: at head dim 128 the two groups unrolled into the
+            // block's body spilled 296 bytes against 156 (offline SASS for sm_90a).
+            let mut group_step = first_step;
+            while group_step < comptime!(config.mma_head_steps()) {
+                add_group::<F, D, N>(
+                    dq_acc, ds_tile, k_tile, base, q_row, row_tile, group_step, seq_q, lane, joint,
+                    config,
+                );
+                group_step += comptime!(joint * step_stride);
+            }
+        }
+    } else {
+        let mut item = UNIT_POS_Y;
+        while item < items {
+            let (row_tile, step) = (item % row_tiles, item / row_tiles);
+            add_group::<F, D, N>(
+                dq_acc,
+                ds_tile,
+                k_tile,
+                base,
+                q_start + row_tile * TILE_M,
+                row_tile,
+                step,
+                seq_q,
+                lane,
+                1u32,
+                config,
+            );
+            item += planes;
+        }
+    }
+}
+
+/// `joint` work items of row tile `row_tile` (query rows from `q_row`), at 16-column steps
+/// `first_step + i planes / row_tiles`: one dS fragment per key step, one K fragment and one
+/// pair of accumulator tiles per item.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn add_group<F: Float, D: DqSink, N: Size>(
+    dq_acc: &mut Tensor<D::Acc>,
+    ds_tile: &SharedMemory<Pair<F>>,
+    k_tile: &SharedMemory<Vector<F, N>>,
+    base: usize,
+    q_row: u32,
+    row_tile: u32,
+    first_step: u32,
+    seq_q: u32,
+    lane: Lane,
+    #[comptime] joint: u32,
+    #[comptime] config: MmaGradientConfig,
+) {
+    let step_stride = comptime!(config.planes() / (config.block_q / TILE_M));
     let ds_stride = comptime!(config.ds_tile_row_pairs());
     let hs = comptime!(config.mma_head_stride());
+    let mut shares = zero_accumulators(comptime!(2 * joint));
+    #[unroll]
+    for kk in 0..comptime!(config.block_kv / TILE_M) {
+        let a = load_a_transposed::<F>(ds_tile, kk * TILE_M, row_tile * 2, ds_stride);
+        #[unroll]
+        for i in 0..joint {
+            let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, first_step + i * step_stride);
+            mma_tile_pair::<F>(&a, &b, &mut shares, comptime!(i));
+        }
+    }
+    #[unroll]
+    for i in 0..joint {
+        add_item::<D>(
+            dq_acc,
+            &shares,
+            base,
+            q_row,
+            first_step + i * step_stride,
+            seq_q,
+            lane,
+            comptime!(i),
+            config,
+        );
+    }
+}
+
+/// Adds one work item's 16 x 16 share (accumulator tiles `2 pair` and `2 pair + 1`: query rows
+/// from `first_row`, columns of 16-column step `step`) to the accumulator at `base`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn add_item<D: DqSink>(
+    dq_acc: &mut Tensor<D::Acc>,
+    share: &Array<Pair<f32>>,
+    base: usize,
+    first_row: u32,
+    step: u32,
+    seq_q: u32,
+    lane: Lane,
+    #[comptime] pair: u32,
+    #[comptime] config: MmaGradientConfig,
+) {
     let head_dim = comptime!(config.head_dim);
     // Every column of every step is inside head_dim: no column bound (all head dims the mma
     // path takes but those of 16k + 8 columns).
     let whole_steps = comptime!(config.head_dim.is_multiple_of(TILE_M));
-    let base = batch as usize * dq_acc.stride(0) + head as usize * dq_acc.stride(1);
-    let mut item = UNIT_POS_Y;
-    while item < items {
-        let (row_tile, step) = (item % row_tiles, item / row_tiles);
-        let mut share = zero_accumulators(2u32);
-        #[unroll]
-        for kk in 0..comptime!(config.block_kv / TILE_M) {
-            let a = load_a_transposed::<F>(ds_tile, kk * TILE_M, row_tile * 2, ds_stride);
-            let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, step);
-            mma_tile_pair::<F>(&a, &b, &mut share, 0u32);
-        }
-        let first_col = step * TILE_M + lane.quad * 2;
-        #[unroll]
-        for h in 0..2u32 {
-            let row = q_start + row_tile * TILE_M + lane.group + h * BOTTOM_ROW;
-            if row < seq_q {
-                let at = base + row as usize * head_dim as usize + first_col as usize;
+    let first_col = step * TILE_M + lane.quad * 2;
+    #[unroll]
+    for h in 0..2u32 {
+        let row = first_row + lane.group + h * BOTTOM_ROW;
+        if row < seq_q {
+            let at = base + row as usize * head_dim as usize + first_col as usize;
+            #[unroll]
+            for t in 0..2u32 {
+                let pair_regs = share[((pair * 2 + t) * ACC_REGS + h) as usize];
                 #[unroll]
-                for t in 0..2u32 {
-                    let pair = share[(t * ACC_REGS + h) as usize];
-                    #[unroll]
-                    for e in 0..2u32 {
-                        let offset = comptime!(t * TILE_N + e);
-                        // A constant `true ||` where the steps are whole: no compare is emitted.
-                        if whole_steps || first_col + offset < head_dim {
-                            D::add(dq_acc, at + offset as usize, pair[e as usize]);
-                        }
+                for e in 0..2u32 {
+                    let offset = comptime!(t * TILE_N + e);
+                    // A constant `true ||` where the steps are whole: no compare is emitted.
+                    if whole_steps || first_col + offset < head_dim {
+                        D::add(dq_acc, at + offset as usize, pair_regs[e as usize]);
                     }
                 }
             }
         }
-        item += comptime!(config.planes());
     }
 }
