@@ -337,10 +337,12 @@ impl MmaGradientConfig {
         tile_stride(self.block_q) * CHUNK_PAIRS
     }
 
-    /// Elements (f16/bf16 pairs) of the dS^T tile: one 16-byte chunk's worth where the kernel
-    /// uses none (a shared array cannot be empty; unused, it is not declared).
+    /// Elements (f16/bf16 pairs) of the dS^T tile: two buffers of `block_kv` rows (a block
+    /// pair's dS^T is stored in one while the previous pair's share is read from the other); one
+    /// 16-byte chunk's worth where the kernel uses none (a shared array cannot be empty; unused,
+    /// it is not declared).
     pub fn ds_tile_pairs(&self) -> u32 {
-        if self.has_ds_tile() { self.block_kv * self.ds_tile_row_pairs() } else { CHUNK_PAIRS }
+        if self.has_ds_tile() { 2 * self.block_kv * self.ds_tile_row_pairs() } else { CHUNK_PAIRS }
     }
 
     /// Shared memory the kernel declares, in bytes.

@@ -8,13 +8,13 @@ use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::tile_io::{StatView, stat_view};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
 };
 use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
+use crate::primitives::tile_io::{StatView, stat_view};
 use crate::problem::AttentionProblem;
 
 use super::dq_share::{add_dq_share, store_ds_rows};
@@ -37,7 +37,10 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
     dv: TensorBinding<R>,
     config: MmaGradientConfig,
 ) {
-    debug_assert!(!config.atomic_dq, "the one-pass config takes launch_dkdv_dq_mma");
+    debug_assert!(
+        !config.atomic_dq,
+        "the one-pass config takes launch_dkdv_dq_mma"
+    );
     // No accumulator: `NoDq` binds an f32 it never touches.
     let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
     launch_stream::<R, F, M, NoDq>(client, problem, inputs, (dk, dv, dq_acc), config)
@@ -54,7 +57,10 @@ pub(crate) fn launch_dkdv_dq_mma<R: Runtime, F: Float, M: Int>(
     (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
     config: MmaGradientConfig,
 ) {
-    debug_assert!(config.atomic_dq, "a two-kernel config takes flash_attention_backward_dkdv_mma");
+    debug_assert!(
+        config.atomic_dq,
+        "a two-kernel config takes flash_attention_backward_dkdv_mma"
+    );
     let dq_acc = dq_acc.into_tensor_arg();
     launch_stream::<R, F, M, AtomicDq>(client, problem, inputs, (dk, dv, dq_acc), config)
 }
@@ -140,7 +146,8 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
     let q_view = chunk_view(q, batch, head);
     let d_out_view = chunk_view(d_out, batch, head);
     // First: a whole number of 16-byte chunks, so every tile after it stays aligned.
-    let ds_tile = SharedMemory::<Pair<F>>::new_aligned(comptime!(config.ds_tile_pairs() as usize), 16usize);
+    let ds_tile =
+        SharedMemory::<Pair<F>>::new_aligned(comptime!(config.ds_tile_pairs() as usize), 16usize);
     let mut tiles = pair_tiles::<F, N>(config);
     let stats_len = comptime!((config.buffers * config.block_q) as usize);
     let lse_tile = SharedMemory::<f32>::new(stats_len);
@@ -199,6 +206,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
     let mut state = QueryState::<F, S, D, N> {
         tiles,
         ds_tile,
+        pending: NO_BLOCK,
         dq_acc: *dq_acc,
         lse_tile,
         delta_tile,
@@ -218,6 +226,13 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
         config.score,
     );
     stream_blocks::<QueryBlocks<F, M, S, D, N>>(&inputs, &mut state, span, config);
+    if comptime!(config.atomic_dq) {
+        // The last block's share: its dS^T is visible to every plane after this sync.
+        sync_cube();
+        if state.pending != NO_BLOCK {
+            add_pending_share::<F, M, S, D, N>(&inputs, &mut state, config);
+        }
+    }
     let (dk_acc, dv_acc) = (state.dk_acc, state.dv_acc);
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
@@ -273,8 +288,11 @@ struct QueryInputs<F: Float, M: Int, N: Size> {
 #[derive(CubeType)]
 struct QueryState<F: Float, S: PairStream, D: DqSink, N: Size> {
     tiles: PairTiles<F, N>,
-    /// One-pass only: `[block_kv][ds_tile_row_pairs]`, dS^T of the current block pair.
+    /// One-pass only: `[2 block_kv][ds_tile_row_pairs]`, dS^T of query block `b` in rows
+    /// `[(b % 2) block_kv, + block_kv)`.
     ds_tile: SharedMemory<Pair<F>>,
+    /// One-pass only: the query block whose dQ share is still to add ([`NO_BLOCK`]: none).
+    pending: u32,
     dq_acc: Tensor<D::Acc>,
     lse_tile: SharedMemory<f32>,
     delta_tile: SharedMemory<f32>,
@@ -406,27 +424,56 @@ impl<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> BlockBody for QueryBlo
             );
         }
         if comptime!(config.atomic_dq) {
-            // A skipped plane's keys see none of the block: its rows of dS^T are zeros. Every
-            // plane reaches the sync (the skip above is per plane).
+            // A skipped plane's keys see none of the block: its rows of dS^T are zeros.
             if !needed {
                 let zeros = zero_accumulators(comptime!(config.block_q / TILE_N));
-                store_ds_rows::<F>(&mut state.ds_tile, &zeros, inputs.plane_row, inputs.lane, config);
+                store_ds_rows::<F>(
+                    &mut state.ds_tile,
+                    &zeros,
+                    ds_buffer_row(q_block, config) + inputs.plane_row,
+                    inputs.lane,
+                    config,
+                );
             }
-            sync_cube();
-            add_dq_share::<F, D, N>(
-                &mut state.dq_acc,
-                &state.ds_tile,
-                &state.tiles.k,
-                inputs.batch,
-                inputs.head,
-                q_start,
-                inputs.params.seq_q,
-                inputs.lane,
-                config,
-            );
-            // The next block's dS^T is stored after the stream's next cube-wide wait.
+            // The previous block's share: every plane stored its dS^T before the stream's
+            // cube-wide wait that ended that block, and the buffer it sits in is next written
+            // after the wait that ends this one.
+            if state.pending != NO_BLOCK {
+                add_pending_share::<F, M, S, D, N>(inputs, state, config);
+            }
+            state.pending = q_block;
         }
     }
+}
+
+/// No pending query block (the one-pass dQ share).
+const NO_BLOCK: u32 = u32::MAX;
+
+/// The first row of query block `q_block`'s dS^T buffer in the one-pass dS^T tile.
+#[cube]
+fn ds_buffer_row(q_block: u32, #[comptime] config: MmaGradientConfig) -> u32 {
+    (q_block % 2) * config.block_kv
+}
+
+/// Adds the pending query block's dQ share (see [`add_dq_share`]).
+#[cube]
+fn add_pending_share<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
+    inputs: &QueryInputs<F, M, N>,
+    state: &mut QueryState<F, S, D, N>,
+    #[comptime] config: MmaGradientConfig,
+) {
+    add_dq_share::<F, D, N>(
+        &mut state.dq_acc,
+        &state.ds_tile,
+        &state.tiles.k,
+        ds_buffer_row(state.pending, config),
+        inputs.batch,
+        inputs.head,
+        state.pending * config.block_q,
+        inputs.params.seq_q,
+        inputs.lane,
+        config,
+    );
 }
 
 /// One query block of the dK/dV kernel for this plane's 16 key rows (`key_row`: this lane's
@@ -515,6 +562,12 @@ fn accumulate_dkdv<F: Float, M: Int, N: Size>(
         &dpt, &tiles.q, tile_row, hs, q_tiles, head_steps, 1u32, dk_acc,
     );
     if comptime!(config.atomic_dq) {
-        store_ds_rows::<F>(ds_tile, &dpt, plane_row, lane, config);
+        store_ds_rows::<F>(
+            ds_tile,
+            &dpt,
+            ds_buffer_row(q_start / config.block_q, config) + plane_row,
+            lane,
+            config,
+        );
     }
 }

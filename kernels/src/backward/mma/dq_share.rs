@@ -1,13 +1,18 @@
 //! The one-pass mma dK/dV kernel's dQ share: each plane stores its dS^T (16 key rows x
-//! `block_q` query columns, rounded to the input type as dK's product uses it) into a shared
-//! tile, and after a cube sync the planes compute the pair's `dS K` (`[block_q, head_dim]`) from
-//! that tile and the K tile, 16 rows x 16 columns per work item, and add it to the f32
-//! accumulator with atomic adds ([`crate::backward::dq_sink`]):
+//! `block_q` query columns, rounded to the input type as dK's product uses it) into one of two
+//! shared buffers (by the query block's parity), and in the next block pair's step (or after
+//! the last one) the planes compute the pair's `dS K` (`[block_q, head_dim]`) from that buffer
+//! and the K tile, 16 rows x 16 columns per work item, and add it to the f32 accumulator with
+//! atomic adds ([`crate::backward::dq_sink`]):
 //! ```text
-//! dS^T regs --Pair stores--> ds tile [block_kv keys][block_q queries]
+//! dS^T regs --Pair stores--> ds buffer b % 2 [block_kv keys][block_q queries]
 //!                                      |  ldmatrix.trans (A = dS, rows = queries)
 //!   dQ_acc[q_start.., :] += dS K  <----+  K tile by columns (B)
 //! ```
+//! Deferring the share to the next step needs no cube sync of its own: the stream's cube-wide
+//! wait that ends a block pair makes every plane's dS^T visible, and the buffer is written
+//! again only after the wait that ends the next one. A plane that finishes its dK/dV products
+//! early goes on to the share while the others still compute.
 use cubecl::prelude::*;
 
 use crate::backward::config::MmaGradientConfig;
@@ -33,7 +38,8 @@ fn ds_pair_index(
 }
 
 /// Stores this plane's dS^T (accumulators `dst`, 16 key rows x `block_q` query columns) into
-/// the dS^T tile, rounded to `F` as the dK product rounds it.
+/// the dS^T tile from row `plane_row` (the buffer's first row plus the plane's), rounded to `F`
+/// as the dK product rounds it.
 #[cube]
 pub(super) fn store_ds_rows<F: Float>(
     ds_tile: &mut SharedMemory<Pair<F>>,
@@ -57,7 +63,8 @@ pub(super) fn store_ds_rows<F: Float>(
 /// spilled twice the bytes of one at a time (316 against 156, offline SASS for sm_90a).
 const JOINT_ITEMS: u32 = 2;
 
-/// The one-pass backward's share of this block pair: `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
+/// The one-pass backward's share of a block pair, its dS^T in the buffer from tile row `ds_row`:
+/// `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
 /// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, one f32
 /// atomic add per element. Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
 /// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
@@ -84,6 +91,7 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
     dq_acc: &mut Tensor<D::Acc>,
     ds_tile: &SharedMemory<Pair<F>>,
     k_tile: &SharedMemory<Vector<F, N>>,
+    ds_row: u32,
     batch: u32,
     head: u32,
     q_start: u32,
@@ -111,8 +119,8 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
         let q_row = q_start + row_tile * TILE_M;
         if comptime!(per_plane == joint) {
             add_group::<F, D, N>(
-                dq_acc, ds_tile, k_tile, base, q_row, row_tile, first_step, seq_q, lane, joint,
-                config,
+                dq_acc, ds_tile, k_tile, ds_row, base, q_row, row_tile, first_step, seq_q, lane,
+                joint, config,
             );
         } else {
             // A loop whose trip count the compiler cannot see (it starts at this plane's step),
@@ -121,8 +129,8 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
             let mut group_step = first_step;
             while group_step < comptime!(config.mma_head_steps()) {
                 add_group::<F, D, N>(
-                    dq_acc, ds_tile, k_tile, base, q_row, row_tile, group_step, seq_q, lane, joint,
-                    config,
+                    dq_acc, ds_tile, k_tile, ds_row, base, q_row, row_tile, group_step, seq_q,
+                    lane, joint, config,
                 );
                 group_step += comptime!(joint * step_stride);
             }
@@ -135,6 +143,7 @@ pub(super) fn add_dq_share<F: Float, D: DqSink, N: Size>(
                 dq_acc,
                 ds_tile,
                 k_tile,
+                ds_row,
                 base,
                 q_start + row_tile * TILE_M,
                 row_tile,
@@ -158,6 +167,7 @@ fn add_group<F: Float, D: DqSink, N: Size>(
     dq_acc: &mut Tensor<D::Acc>,
     ds_tile: &SharedMemory<Pair<F>>,
     k_tile: &SharedMemory<Vector<F, N>>,
+    ds_row: u32,
     base: usize,
     q_row: u32,
     row_tile: u32,
@@ -173,7 +183,7 @@ fn add_group<F: Float, D: DqSink, N: Size>(
     let mut shares = zero_accumulators(comptime!(2 * joint));
     #[unroll]
     for kk in 0..comptime!(config.block_kv / TILE_M) {
-        let a = load_a_transposed::<F>(ds_tile, kk * TILE_M, row_tile * 2, ds_stride);
+        let a = load_a_transposed::<F>(ds_tile, ds_row + kk * TILE_M, row_tile * 2, ds_stride);
         #[unroll]
         for i in 0..joint {
             let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, first_step + i * step_stride);
