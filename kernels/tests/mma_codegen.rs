@@ -8,66 +8,12 @@
 mod support;
 
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, MmaGradientConfig};
-use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
-use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
-use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
-use burn_flash_attn_kernels::config::{ForwardConfig, MMA_CHUNK, MmaConfig};
-use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
-use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
-use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
+use burn_flash_attn_kernels::config::{ForwardConfig, MmaConfig};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
-use support::cuda_codegen::{cuda_source, dump, settings};
-use support::{planning, problem};
 use cubecl::prelude::*;
-
-fn mma_source<F: Float, M: Int>(client: &support::Client, config: MmaConfig) -> (String, usize) {
-    if config.async_kv {
-        mma_source_with::<F, M, AsyncCopy>(client, config)
-    } else {
-        mma_source_with::<F, M, Staged>(client, config)
-    }
-}
-
-fn mma_source_with<F: Float, M: Int, S: PairStream>(
-    client: &support::Client,
-    config: MmaConfig,
-) -> (String, usize) {
-    cuda_source(
-        FlashAttentionForwardMmaKernel::<F, M, S, support::TestRuntime>::new(
-            settings(CubeDim::new_2d(32, config.num_planes())),
-            client.clone(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            tensor(),
-            params(),
-            MMA_CHUNK as usize,
-            config,
-        ),
-    )
-}
-
-fn tensor() -> TensorCompilationArg {
-    TensorCompilationArg { inplace: None }
-}
-
-fn params() -> ScoreParamsCompilationArg {
-    ScoreParamsCompilationArg {
-        scale: (),
-        softcap: (),
-        seq_q: (),
-        seq_kv: (),
-        window_left: (),
-        window_right: (),
-        dropout_seed: (),
-        dropout_threshold: (),
-        dropout_scale: (),
-    }
-}
+use support::cuda_codegen::{dump, settings};
+use support::mma_sources::{dkdv_source, dq_source, mma_source};
+use support::{planning, problem};
 
 #[test]
 fn mma_path_expands_to_cuda_for_h200_configs() {
@@ -263,94 +209,6 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             "{case:?} {kernel:?}: shared memory {shared}, estimate {estimate}"
         );
     }
-}
-
-/// The CUDA source of the dK/dV mma kernel for `config` (u32 mask).
-fn dkdv_source<F: Float>(
-    client: &support::Client,
-    settings: KernelSettings,
-    config: MmaGradientConfig,
-) -> (String, usize) {
-    if config.async_inner {
-        dkdv_source_with::<F, AsyncCopy>(client, settings, config)
-    } else {
-        dkdv_source_with::<F, Staged>(client, settings, config)
-    }
-}
-
-fn dkdv_source_with<F: Float, S: PairStream>(
-    client: &support::Client,
-    settings: KernelSettings,
-    config: MmaGradientConfig,
-) -> (String, usize) {
-    if config.atomic_dq {
-        dkdv_source_sink::<F, S, AtomicDq>(client, settings, config)
-    } else {
-        dkdv_source_sink::<F, S, NoDq>(client, settings, config)
-    }
-}
-
-fn dkdv_source_sink<F: Float, S: PairStream, D: DqSink>(
-    client: &support::Client,
-    settings: KernelSettings,
-    config: MmaGradientConfig,
-) -> (String, usize) {
-    cuda_source(DkdvMmaKernel::<F, u32, S, D, support::TestRuntime>::new(
-        settings,
-        client.clone(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        params(),
-        MMA_CHUNK as usize,
-        config,
-    ))
-}
-
-/// The CUDA source of the dQ mma kernel for `config` (u32 mask).
-fn dq_source<F: Float>(
-    client: &support::Client,
-    settings: KernelSettings,
-    config: MmaGradientConfig,
-) -> (String, usize) {
-    if config.async_inner {
-        dq_source_with::<F, AsyncCopy>(client, settings, config)
-    } else {
-        dq_source_with::<F, Staged>(client, settings, config)
-    }
-}
-
-fn dq_source_with<F: Float, S: PairStream>(
-    client: &support::Client,
-    settings: KernelSettings,
-    config: MmaGradientConfig,
-) -> (String, usize) {
-    cuda_source(DqMmaKernel::<F, u32, S, support::TestRuntime>::new(
-        settings,
-        client.clone(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        tensor(),
-        params(),
-        MMA_CHUNK as usize,
-        config,
-    ))
 }
 
 /// Where the planner proves that no block pair needs the masked pass (no causal, window or

@@ -12,7 +12,8 @@
 //! - [`case`]: the attention case (shape, options, layout);
 //! - [`backward_run`]: a case's seeded data, device tensors and backward run against the oracle;
 //! - [`forward`]: the forward run of a [`Case`] through any launcher;
-//! - [`planning`]: plans with the tests' tuning flags; [`cuda_codegen`]: device-free CUDA C++.
+//! - [`planning`]: plans with the tests' tuning flags; [`cuda_codegen`]: device-free CUDA C++;
+//!   [`mma_sources`]: that C++ for the mma kernels' configs.
 // Each binary uses part of the tree.
 #![allow(dead_code, unused_imports)]
 
@@ -23,6 +24,7 @@ pub mod cuda_codegen;
 pub mod device;
 pub mod forward;
 pub mod inputs;
+pub mod mma_sources;
 pub mod planning;
 pub mod runtime;
 
