@@ -7,8 +7,9 @@
 //! pair (S, dP, dV, dK, dQ) where the two-kernel backward recomputes S and dP in its dQ kernel
 //! (7). The order in which the key/value blocks' shares arrive varies from run to run, so dQ
 //! does too (in its last bits); dK and dV do not. Opt-in (`plan::DqAccumulation::Atomic`): on
-//! the H200 the mma one pass measured 0.74-0.88x the two-kernel backward (2026-12-03,
-//! benches/RESULTS.md).
+//! the H200 the mma one pass measured 0.73-0.84x the two-kernel backward at head dims 32 and 64,
+//! where its atomic adds hold L2 at 81 % of its peak, and 0.94-1.01x at 128 (2026-12-03,
+//! 2b9b810, benches/RESULTS.md).
 //!
 //! Which kernel variant accumulates is a type, [`DqSink`]: [`AtomicDq`] binds the accumulator
 //! as `Atomic<f32>` (a device needs f32 atomic add for it), [`NoDq`] as plain f32 and adds
