@@ -9,10 +9,10 @@ mod support;
 
 use burn_flash_attn_kernels::config::{ForwardConfig, ForwardPath, MatrixConfig};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
-use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
 use support::cuda_codegen::{cuda_source, dump, settings};
+use support::kernel_args::score_params;
 use support::{planning, problem};
 
 fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfig) -> (String, usize) {
@@ -28,17 +28,7 @@ fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfi
         tensor(),
         tensor(),
         tensor(),
-        ScoreParamsCompilationArg {
-            scale: (),
-            softcap: (),
-            seq_q: (),
-            seq_kv: (),
-            window_left: (),
-            window_right: (),
-            dropout_seed: (),
-            dropout_threshold: (),
-            dropout_scale: (),
-        },
+        score_params(),
         config,
     ))
 }

@@ -5,6 +5,7 @@
 //! configs come from the real planners (`plan::forward`, `plan::backward`) on the client's
 //! properties; the cube dims are the launchers' (`CubeDim::new_1d(units)` for the portable
 //! and backward kernels, one plane per 16 query rows on the matrix path).
+use crate::support::kernel_args::{score_params, tensor};
 use crate::support::planning;
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
 use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
-use burn_flash_attn_kernels::primitives::score::{ScoreOptions, ScoreParamsCompilationArg};
+use burn_flash_attn_kernels::primitives::score::ScoreOptions;
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, MaskKind};
 use cubecl::ir::AddressType;
@@ -181,23 +182,7 @@ pub fn hip_source<M: MatrixCores>(
     }
 }
 
-fn tensor() -> TensorCompilationArg {
-    TensorCompilationArg { inplace: None }
-}
 
-fn score_params() -> ScoreParamsCompilationArg {
-    ScoreParamsCompilationArg {
-        scale: (),
-        softcap: (),
-        seq_q: (),
-        seq_kv: (),
-        window_left: (),
-        window_right: (),
-        dropout_seed: (),
-        dropout_threshold: (),
-        dropout_scale: (),
-    }
-}
 
 fn typed<M: MatrixCores, F: Float, K: Int>(
     client: &ComputeClient<OfflineHip<M>>,

@@ -8,10 +8,10 @@ use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{MMA_CHUNK, MmaConfig};
 use burn_flash_attn_kernels::forward::mma::flash_attention_forward_mma_kernel::FlashAttentionForwardMmaKernel;
 use burn_flash_attn_kernels::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
-use burn_flash_attn_kernels::primitives::score::ScoreParamsCompilationArg;
 use cubecl::prelude::*;
 
 use super::cuda_codegen::{cuda_source, settings};
+use super::kernel_args::{score_params, tensor};
 use super::{Client, TestRuntime};
 
 pub fn mma_source<F: Float, M: Int>(client: &Client, config: MmaConfig) -> (String, usize) {
@@ -37,29 +37,13 @@ pub fn mma_source_with<F: Float, M: Int, S: PairStream>(
         tensor(),
         tensor(),
         tensor(),
-        params(),
+        score_params(),
         MMA_CHUNK as usize,
         config,
     ))
 }
 
-pub fn tensor() -> TensorCompilationArg {
-    TensorCompilationArg { inplace: None }
-}
 
-pub fn params() -> ScoreParamsCompilationArg {
-    ScoreParamsCompilationArg {
-        scale: (),
-        softcap: (),
-        seq_q: (),
-        seq_kv: (),
-        window_left: (),
-        window_right: (),
-        dropout_seed: (),
-        dropout_threshold: (),
-        dropout_scale: (),
-    }
-}
 
 /// The CUDA source of the dK/dV mma kernel for `config` (u32 mask).
 pub fn dkdv_source<F: Float>(
@@ -106,7 +90,7 @@ pub fn dkdv_source_sink<F: Float, S: PairStream, D: DqSink>(
         tensor(),
         tensor(),
         tensor(),
-        params(),
+        score_params(),
         MMA_CHUNK as usize,
         config,
     ))
@@ -143,7 +127,7 @@ pub fn dq_source_with<F: Float, S: PairStream>(
         tensor(),
         tensor(),
         tensor(),
-        params(),
+        score_params(),
         MMA_CHUNK as usize,
         config,
     ))

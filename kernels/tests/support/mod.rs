@@ -13,7 +13,8 @@
 //! - [`backward_run`]: a case's seeded data, device tensors and backward run against the oracle;
 //! - [`forward`]: the forward run of a [`Case`] through any launcher;
 //! - [`planning`]: plans with the tests' tuning flags; [`cuda_codegen`]: device-free CUDA C++;
-//!   [`mma_sources`]: that C++ for the mma kernels' configs.
+//!   [`mma_sources`]: that C++ for the mma kernels' configs; [`kernel_args`]: the compilation
+//!   arguments those expansions (CUDA and HIP) bind.
 // Each binary uses part of the tree.
 #![allow(dead_code, unused_imports)]
 
@@ -24,6 +25,7 @@ pub mod cuda_codegen;
 pub mod device;
 pub mod forward;
 pub mod inputs;
+pub mod kernel_args;
 pub mod mma_sources;
 pub mod planning;
 pub mod runtime;
