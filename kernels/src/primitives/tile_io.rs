@@ -69,6 +69,7 @@ pub struct StatView {
     pub rows: u32,
 }
 
+/// The [`StatView`] of `(batch, head)`'s rows of `stat`.
 #[cube]
 pub fn stat_view(stat: &Tensor<f32>, batch: u32, head: u32) -> StatView {
     StatView {
@@ -78,7 +79,8 @@ pub fn stat_view(stat: &Tensor<f32>, batch: u32, head: u32) -> StatView {
     }
 }
 
-/// [`row_stat`] through a [`StatView`] of the same tensor.
+/// Value `row` of the rows `view` places in `stat` (the lse or delta of a query row), 0 past
+/// the end.
 #[cube]
 pub fn view_row_stat(stat: &Tensor<f32>, view: &StatView, row: u32) -> f32 {
     let mut value = 0.0f32;
@@ -92,11 +94,5 @@ pub fn view_row_stat(stat: &Tensor<f32>, view: &StatView, row: u32) -> f32 {
 /// the end.
 #[cube]
 pub fn row_stat(stat: &Tensor<f32>, batch: u32, head: u32, row: u32) -> f32 {
-    let mut value = 0.0f32;
-    if row < stat.shape(2) as u32 {
-        value = stat[batch as usize * stat.stride(0)
-            + head as usize * stat.stride(1)
-            + row as usize * stat.stride(2)];
-    }
-    value
+    view_row_stat(stat, &stat_view(stat, batch, head), row)
 }
