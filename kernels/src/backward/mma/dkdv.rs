@@ -4,119 +4,24 @@ use cubecl::prelude::*;
 
 use core::marker::PhantomData;
 
-use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
-    zero_accumulators,
-};
-use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
+use crate::primitives::mma::{Lane, Pair, TILE_N, lane, zero_accumulators};
+use crate::primitives::pair_stream::{PairSource, PairStream};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::primitives::tile_io::{StatView, stat_view};
-use crate::problem::AttentionProblem;
 
-use super::dq_share::{add_dq_share, store_ds_rows};
+use super::dkdv_block::accumulate_dkdv;
+use super::dq_share::{add_dq_share, ds_buffer_row, store_ds_rows};
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
-use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
-use crate::backward::GradientInputs;
-use crate::backward::config::{BackwardKernel, MmaGradientConfig};
-use crate::backward::dq_sink::{AtomicDq, DqSink, NoDq};
-use crate::checks::stand_in;
-use crate::primitives::score::score_params;
+use super::{PairTiles, pair_tiles, write_rows};
+use crate::backward::config::MmaGradientConfig;
+use crate::backward::dq_sink::DqSink;
 
-/// Launches the mma dK/dV kernel (a config without [`MmaGradientConfig::atomic_dq`]). The
-/// caller has checked the shapes and that q, k, v, d_out load in chunks of [`MMA_CHUNK`]
-/// elements.
-pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-    inputs: GradientInputs<R>,
-    dk: TensorBinding<R>,
-    dv: TensorBinding<R>,
-    config: MmaGradientConfig,
-) {
-    debug_assert!(
-        !config.atomic_dq,
-        "the one-pass config takes launch_dkdv_dq_mma"
-    );
-    // No accumulator: `NoDq` binds an f32 it never touches.
-    let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
-    launch_stream::<R, F, M, NoDq>(client, problem, inputs, (dk, dv, dq_acc), config)
-}
-
-/// The one-pass mma dK/dV kernel (`config.atomic_dq`): dK and dV as
-/// [`flash_attention_backward_dkdv_mma`], and every block pair's `dS K` added to `dq_acc`
-/// (f32, zeroed, contiguous `[batch, num_heads, seq_q, head_dim]`, without the scale) by atomic
-/// adds. The device must register f32 atomic add (the planner checks).
-pub(crate) fn launch_dkdv_dq_mma<R: Runtime, F: Float, M: Int>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-    inputs: GradientInputs<R>,
-    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorBinding<R>),
-    config: MmaGradientConfig,
-) {
-    debug_assert!(
-        config.atomic_dq,
-        "a two-kernel config takes flash_attention_backward_dkdv_mma"
-    );
-    let dq_acc = dq_acc.into_tensor_arg();
-    launch_stream::<R, F, M, AtomicDq>(client, problem, inputs, (dk, dv, dq_acc), config)
-}
-
-/// The kernel with the config's way of streaming the query blocks.
-fn launch_stream<R: Runtime, F: Float, M: Int, D: DqSink>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-    inputs: GradientInputs<R>,
-    outputs: (TensorBinding<R>, TensorBinding<R>, TensorArg<R>),
-    config: MmaGradientConfig,
-) {
-    debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
-    if config.async_inner {
-        launch::<R, F, M, AsyncCopy, D>(client, problem, inputs, outputs, config)
-    } else {
-        launch::<R, F, M, Staged, D>(client, problem, inputs, outputs, config)
-    }
-}
-
-fn launch<R: Runtime, F: Float, M: Int, S: PairStream, D: DqSink>(
-    client: &ComputeClient<R>,
-    problem: &AttentionProblem,
-    inputs: GradientInputs<R>,
-    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, TensorArg<R>),
-    config: MmaGradientConfig,
-) {
-    let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
-    let args = inputs.into_args(client);
-    // SAFETY: shapes, strides and chunking were validated against the problem; global reads
-    // are bounds-checked per row, writes against seq_kv and the dims (dq_acc: rows against
-    // seq_q, columns against head_dim; only touched by the one-pass config).
-    unsafe {
-        dkdv_mma_kernel::launch_unchecked::<F, M, S, D, R>(
-            client,
-            CubeCount::Static(kv_blocks, problem.heads_total() as u32, 1),
-            CubeDim::new_2d(LANES, config.block_kv / MATRIX_TILE),
-            MMA_CHUNK as usize,
-            args.q,
-            args.k,
-            args.v,
-            args.d_out,
-            args.lse,
-            args.delta,
-            args.mask,
-            args.bias,
-            args.slopes,
-            dk.into_tensor_arg(),
-            dv.into_tensor_arg(),
-            dq_acc,
-            score_params(problem),
-            config,
-        )
-    }
-}
-
+/// The dK/dV kernel of one key/value block (`CUBE_POS_X`) of one (batch, head) (`CUBE_POS_Y`),
+/// launched by the module `dkdv_launch` beside this one.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
@@ -449,12 +354,6 @@ impl<F: Float, M: Int, S: PairStream, D: DqSink, N: Size> BlockBody for QueryBlo
 /// No pending query block (the one-pass dQ share).
 const NO_BLOCK: u32 = u32::MAX;
 
-/// The first row of query block `q_block`'s dS^T buffer in the one-pass dS^T tile.
-#[cube]
-fn ds_buffer_row(q_block: u32, #[comptime] config: MmaGradientConfig) -> u32 {
-    (q_block % 2) * config.block_kv
-}
-
 /// Adds the pending query block's dQ share (see [`add_dq_share`]).
 #[cube]
 fn add_pending_share<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
@@ -474,100 +373,4 @@ fn add_pending_share<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
         inputs.lane,
         config,
     );
-}
-
-/// One query block of the dK/dV kernel for this plane's 16 key rows (`key_row`: this lane's
-/// first, inside the (batch, head)).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn accumulate_dkdv<F: Float, M: Int, N: Size>(
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    tiles: &PairTiles<F, N>,
-    lse_tile: &SharedMemory<f32>,
-    delta_tile: &SharedMemory<f32>,
-    q_start: u32,
-    tile_row: u32,
-    key_row: u32,
-    plane_row: u32,
-    lane: Lane,
-    dk_acc: &mut Array<Pair<f32>>,
-    dv_acc: &mut Array<Pair<f32>>,
-    ds_tile: &mut SharedMemory<Pair<F>>,
-    #[comptime] config: MmaGradientConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let q_tiles = comptime!(config.block_q / TILE_N);
-    let (head_steps, val_steps) = comptime!((config.mma_head_steps(), config.mma_val_steps()));
-    // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
-    let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
-    let mut st = product_with_rows::<F, N>(
-        &tiles.k, plane_row, &tiles.q, tile_row, hs, head_steps, q_tiles,
-    );
-    let mut dpt = product_with_rows::<F, N>(
-        &tiles.v,
-        plane_row,
-        &tiles.d_out,
-        tile_row,
-        vs,
-        val_steps,
-        q_tiles,
-    );
-    // P^T into st, dS^T into dpt. Entry (key row, query column): score(row = query, col = key).
-    #[unroll]
-    for j in 0..q_tiles {
-        #[unroll]
-        for h in 0..2u32 {
-            let at = (j * ACC_REGS + h) as usize;
-            let mut p = st[at];
-            let mut ds = dpt[at];
-            #[unroll]
-            for e in 0..2u32 {
-                let local = j * TILE_N + lane.quad * 2 + e;
-                let (pe, dse) = p_and_ds::<F, M>(
-                    p[e as usize],
-                    ds[e as usize],
-                    lse_tile[(tile_row + local) as usize],
-                    delta_tile[(tile_row + local) as usize],
-                    q_start + local,
-                    key_row + h * BOTTOM_ROW,
-                    params,
-                    tensors,
-                    mask,
-                    bias,
-                    config,
-                    masked_pass,
-                );
-                p[e as usize] = pe;
-                ds[e as usize] = dse;
-            }
-            st[at] = p;
-            dpt[at] = ds;
-        }
-    }
-    // dV += P^T dO, dK += dS^T Q: k runs over the block's query rows.
-    accumulate_product::<F, N>(
-        &st,
-        &tiles.d_out,
-        tile_row,
-        vs,
-        q_tiles,
-        val_steps,
-        1u32,
-        dv_acc,
-    );
-    accumulate_product::<F, N>(
-        &dpt, &tiles.q, tile_row, hs, q_tiles, head_steps, 1u32, dk_acc,
-    );
-    if comptime!(config.atomic_dq) {
-        store_ds_rows::<F>(
-            ds_tile,
-            &dpt,
-            ds_buffer_row(q_start / config.block_q, config) + plane_row,
-            lane,
-            config,
-        );
-    }
 }

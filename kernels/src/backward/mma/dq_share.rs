@@ -58,6 +58,12 @@ pub(super) fn store_ds_rows<F: Float>(
     }
 }
 
+/// The first row of query block `q_block`'s dS^T buffer in the one-pass dS^T tile.
+#[cube]
+pub(super) fn ds_buffer_row(q_block: u32, #[comptime] config: MmaGradientConfig) -> u32 {
+    (q_block % 2) * config.block_kv
+}
+
 /// Work items a plane runs together (see [`add_dq_share`]): two at head dims up to 64 (all of
 /// the plane's items there); at 128 the plane's four items in two pairs, as four at once
 /// spilled twice the bytes of one at a time (316 against 156, offline SASS for sm_90a).

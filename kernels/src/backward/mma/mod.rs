@@ -33,12 +33,15 @@ use super::config::{BackwardKernel, MmaGradientConfig};
 use crate::primitives::block_stream::{Masking, StreamSchedule, Streams};
 
 mod dkdv;
+mod dkdv_block;
+mod dkdv_launch;
 mod dq;
 mod dq_share;
 mod query_stats;
 
-pub use dkdv::{dkdv_mma_kernel, flash_attention_backward_dkdv_mma};
-pub(crate) use dkdv::launch_dkdv_dq_mma;
+pub use dkdv::dkdv_mma_kernel;
+pub use dkdv_launch::flash_attention_backward_dkdv_mma;
+pub(crate) use dkdv_launch::launch_dkdv_dq_mma;
 pub use dq::{dq_mma_kernel, flash_attention_backward_dq_mma};
 
 /// The chunked shared-memory tiles of one block pair; the inner block's (dK/dV: Q and dO,
