@@ -12,14 +12,16 @@
 //! Tuning (the planner's explicit overrides, `burn_flash_attn::set_tuning`):
 //! `--mma=planes,rows[,plane_rows[,buffers[,async]]]` for the mma forward's blocks and
 //! `--mma-bwd=...` for the mma backward's, `--dq=kernel|atomic` for how the backward sums dQ
-//! (its own kernel, or the one-pass dK/dV kernel's atomic adds); `BURN_FLASH_MMA` /
-//! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` in the environment are read as the same flags (the
-//! device scripts' tuning runs set them).
+//! (its own kernel, or the one-pass dK/dV kernel's atomic adds), `--dq-width=1|2|4` for the f32
+//! per dQ atomic request; `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` /
+//! `BURN_FLASH_DQ_WIDTH` in the environment are read as the same flags (the device scripts'
+//! tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
 //! `dq-ab`: ours forward+backward with dQ by its kernel and by the one-pass atomics,
-//! interleaved in one process (3 rounds per shape; impl `flash-dq-kernel` / `flash-dq-atomic`).
+//! interleaved in one process (3 rounds per shape; impl `flash-dq-kernel` / `flash-dq-atomic`;
+//! `--dq-widths=1,2,4` or `DQAB_WIDTHS`: the one pass once per dQ atomic width, `-wN` rows).
 //! `profile`: device time per kernel from CubeCL's profiler (benches/profile/mod.rs), at the
 //! `--shape`s given (default the first), tables in `$PROFILE_LOG` (default
 //! `target/attention-profile.log`).
@@ -201,20 +203,31 @@ fn print_speed_row(name: &str, shape: [usize; 4], causal: bool, pass: &str, flop
 /// Rounds of the `dq-ab` mode per shape.
 const AB_ROUNDS: usize = 3;
 
-/// `dq-ab`: ours forward+backward with dQ by its own kernel and by the one-pass atomics,
-/// interleaved (each round times both, `AB_ROUNDS` rounds per shape), so that a drift of the
-/// device during the run weighs on both alike. Rows `flash-dq-kernel` / `flash-dq-atomic`.
-fn dq_ab(shapes: &[[usize; 4]], base: burn_flash_attn::Tuning) {
+/// `dq-ab`: ours forward+backward with dQ by its own kernel and by the one-pass atomics (once
+/// per dQ atomic width of `--dq-widths=1,2,4`, default the planner's), interleaved (each round
+/// times every variant, `AB_ROUNDS` rounds per shape), so that a drift of the device during the
+/// run weighs on all alike. Rows `flash-dq-kernel` and `flash-dq-atomic` (or
+/// `flash-dq-atomic-wN` with widths).
+fn dq_ab(shapes: &[[usize; 4]], base: burn_flash_attn::Tuning, widths: &[u32]) {
     use burn_flash_attn::kernels::plan::DqAccumulation;
+    let mut variants = vec![(DqAccumulation::Kernel, None)];
+    if widths.is_empty() {
+        variants.push((DqAccumulation::Atomic, None));
+    }
+    variants.extend(widths.iter().map(|&w| (DqAccumulation::Atomic, Some(w))));
     println!("{SPEED_CSV_HEADER}");
     for &shape in shapes {
         for causal in [false, true] {
             for _ in 0..AB_ROUNDS {
-                for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
-                    burn_flash_attn::set_tuning(base.with_backward_dq(Some(dq)));
+                for &(dq, width) in &variants {
+                    let tuning = base.with_backward_dq(Some(dq));
+                    burn_flash_attn::set_tuning(tuning.with_backward_dq_width(width.or(base.backward_dq_width)));
                     let ms = time(train::<Flash<Autodiff<Inner>>>(shape, causal));
                     check_route("flash", shape);
-                    let name = format!("flash-dq-{}", dq.name());
+                    let name = match width {
+                        Some(w) => format!("flash-dq-{}-w{w}", dq.name()),
+                        None => format!("flash-dq-{}", dq.name()),
+                    };
                     print_speed_row(&name, shape, causal, "fwd+bwd", TRAIN_FLOP_FACTOR, ms);
                 }
             }
@@ -275,7 +288,8 @@ fn main() {
     let tuning = burn_flash_attn::Tuning::default()
         .with_forward_mma(parsed_arg(&args, "mma", "BURN_FLASH_MMA"))
         .with_backward_mma(parsed_arg(&args, "mma-bwd", "BURN_FLASH_MMA_BWD"))
-        .with_backward_dq(parsed_arg(&args, "dq", "BURN_FLASH_DQ"));
+        .with_backward_dq(parsed_arg(&args, "dq", "BURN_FLASH_DQ"))
+        .with_backward_dq_width(parsed_arg(&args, "dq-width", "BURN_FLASH_DQ_WIDTH"));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }
@@ -308,7 +322,15 @@ fn main() {
         Some("features") => features::features(only.flash),
         Some("features-memory") => features::features_memory(),
         Some("speed") | None => speed(shapes, only),
-        Some("dq-ab") => dq_ab(shapes, tuning),
+        Some("dq-ab") => {
+            let widths: Option<String> = parsed_arg(&args, "dq-widths", "DQAB_WIDTHS");
+            let widths: Vec<u32> = widths
+                .iter()
+                .flat_map(|w| w.split(','))
+                .map(|w| w.trim().parse().unwrap_or_else(|_| panic!("--dq-widths: {w:?} is not a width")))
+                .collect();
+            dq_ab(shapes, tuning, &widths)
+        }
         Some(other) => eprintln!("unknown mode {other}: use speed, dq-ab, memory, profile, features or features-memory"),
     }
 }

@@ -20,6 +20,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     forward_mma: None,
     backward_mma: None,
     backward_dq: None,
+    backward_dq_width: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

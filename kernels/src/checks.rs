@@ -1,6 +1,8 @@
 //! Host-side checks shared by the forward and backward launchers: the tensors against the
 //! problem, the plan against the problem and the client, and the stand-ins bound for absent
 //! optional tensors. The kernels trust what passes here.
+use cubecl::ir::features::AtomicUsage;
+use cubecl::ir::{ElemType, FloatKind as IrFloatKind, StorageType};
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
@@ -101,6 +103,21 @@ pub(crate) fn check_plan_fits<R: Runtime>(
         ));
     }
     Ok(())
+}
+
+/// Checks that the client's device has the atomic adds a one-pass backward plan uses: f32 add
+/// of `width` elements per request (1 on the portable path). A plan made for another device
+/// gets a typed error here instead of a kernel the device cannot compile.
+pub(crate) fn check_atomics<R: Runtime>(client: &ComputeClient<R>, width: u32) -> Result<(), FlashError> {
+    let f32_atomic = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
+    let usage = client.properties().atomic_type_usage(f32_atomic.with_vector_size(width as usize));
+    if usage.contains(AtomicUsage::Add) {
+        Ok(())
+    } else {
+        Err(FlashError::Device(format!(
+            "the plan adds dQ with atomic adds of {width} f32 per request, which the device does not register"
+        )))
+    }
 }
 
 /// The optional tensors of the logit transform, bound in kernel order.

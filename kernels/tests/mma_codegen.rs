@@ -9,6 +9,7 @@ mod support;
 
 use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, MmaGradientConfig};
 use burn_flash_attn_kernels::config::{ForwardConfig, MmaConfig};
+use burn_flash_attn_kernels::plan::{self, DeviceCaps, DqAccumulation, Layout};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use cubecl::prelude::*;
 use support::cuda_codegen::{dump, settings};
@@ -134,7 +135,8 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         },
     ];
     // The planned blocks with one and two inner buffers, through registers and by cp.async
-    // (`BURN_FLASH_MMA_BWD=...,buffers,async`); dK/dV also as the one-pass kernel.
+    // (`BURN_FLASH_MMA_BWD=...,buffers,async`); dK/dV also as the one-pass kernel, with dQ
+    // added 4 f32 per atomic request, and with 1 and 2 as well at two buffers by cp.async.
     let kernels = [(BackwardKernel::KeyValue, false), (BackwardKernel::KeyValue, true), (BackwardKernel::Query, false)];
     let variants = cases
         .into_iter()
@@ -142,8 +144,16 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         .flat_map(|(case, kernel, atomic_dq)| {
             [(1, false), (2, false), (1, true), (2, true)]
                 .map(|(buffers, async_inner)| (case, kernel, atomic_dq, buffers, async_inner))
+        })
+        .flat_map(|(case, kernel, atomic_dq, buffers, async_inner)| {
+            let widths: &[u32] = match (atomic_dq, buffers, async_inner) {
+                (false, ..) => &[1],
+                (true, 2, true) => &[1, 2, 4],
+                (true, ..) => &[4],
+            };
+            widths.iter().map(move |&dq_width| (case, kernel, atomic_dq, buffers, async_inner, dq_width))
         });
-    for (case, kernel, atomic_dq, buffers, async_inner) in variants {
+    for (case, kernel, atomic_dq, buffers, async_inner, dq_width) in variants {
         let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
         let GradientConfig::Mma(planned) = plan.config else {
             panic!("{case:?}: {plan}, not the mma path");
@@ -152,6 +162,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
             buffers,
             async_inner,
             atomic_dq,
+            dq_width,
             ..planned
         };
         let settings = settings(CubeDim::new_2d(32, config.planes()));
@@ -168,7 +179,7 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         dump(
             &format!(
                 "mma_bwd_{kernel:?}{}_{:?}_hd{}_dv{}_buf{buffers}{}.cu",
-                if atomic_dq { "_atomicdq" } else { "" },
+                if atomic_dq { format!("_atomicdq_w{dq_width}") } else { String::new() },
                 case.dtype,
                 case.head_dim,
                 case.val_dim,
@@ -201,6 +212,12 @@ fn backward_mma_kernels_expand_to_cuda_for_h200_configs() {
         );
         // Only the one-pass kernel adds (dQ) with f32 atomics.
         assert_eq!(source.contains("atomicAdd"), atomic_dq, "{case:?} {kernel:?} atomic_dq {atomic_dq}: atomicAdd");
+        // Of the width asked for: CUDA's float2 / float4 atomicAdd overloads.
+        for width in [2, 4] {
+            let vector_add = source.contains(&format!("atomicAdd(\n                    reinterpret_cast<float{width}*>"))
+                || source.contains(&format!("reinterpret_cast<float{width}*>"));
+            assert_eq!(vector_add, atomic_dq && dq_width == width, "{case:?} {kernel:?} width {dq_width}: float{width} atomics");
+        }
         // The mbarrier's 8 bytes may land in alignment padding: the estimate reserves 16.
         let slack = if async_inner { 8 } else { 0 };
         let estimate = config.shared_memory_bytes();
@@ -308,7 +325,12 @@ fn cubecl_codegen_time_of_the_bench_configs() {
                 println!("{kernel:?},{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
                 dump(&format!("bench_{kernel:?}_{name}.cu"), &source);
                 if kernel == BackwardKernel::KeyValue {
-                    let one_pass = MmaGradientConfig { atomic_dq: true, ..config };
+                    // The one pass as the planner plans it (its own blocks, dQ 4 f32 per request).
+                    let atomic = planning::tuning().with_backward_dq(Some(DqAccumulation::Atomic));
+                    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+                    let plan = plan::backward::backward(&caps, &case, Layout::CHUNKED, &atomic).expect("planned");
+                    let GradientConfig::Mma(one_pass) = plan.dkdv.config else { panic!("{case:?}: {plan}") };
+                    assert!(one_pass.atomic_dq, "{case:?}: {plan}");
                     let one_pass_settings = support::cuda_codegen::settings(CubeDim::new_2d(32, one_pass.planes()));
                     let (source, _) = dkdv_source::<half::bf16>(&client, one_pass_settings, one_pass);
                     dump(&format!("bench_OnePass_{name}.cu"), &source);

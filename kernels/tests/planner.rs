@@ -161,9 +161,9 @@ fn unsupported_problems_are_typed_errors() {
     ));
 }
 
-/// The one-pass backward asked for on an H200 (f32 atomic add registered): bf16 / f16 take it on
-/// the mma path, with the dS^T tile in the planned shared memory; f32 on the portable path;
-/// without the preference dQ keeps its kernel.
+/// The one-pass backward asked for on an H200 (f32 and f32-pair atomic add registered): bf16 /
+/// f16 take it on the mma path with its own blocks, dQ added 4 f32 per request, the dS^T tile in the
+/// planned shared memory; f32 on the portable path; without the preference dQ keeps its kernel.
 #[test]
 fn h200_one_pass_backward_is_planned_on_both_paths() {
     use burn_flash_attn_kernels::backward::config::GradientConfig;
@@ -172,6 +172,7 @@ fn h200_one_pass_backward_is_planned_on_both_paths() {
     let props = h200(client.properties());
     let caps = DeviceCaps::new(&props, planning::SIMULATED);
     assert!(caps.has_atomic_f32_add(), "the H200 properties register f32 atomic add");
+    assert!(caps.has_atomic_f32_add_of(4), "and of 4 f32 per request (sm_90)");
     for dtype in [FloatKind::BF16, FloatKind::F16, FloatKind::F32] {
         for head_dim in [32, 64, 128] {
             let case = problem(dtype, head_dim);
@@ -183,10 +184,18 @@ fn h200_one_pass_backward_is_planned_on_both_paths() {
             assert_eq!(two_kernel.dq_accumulation(), DqAccumulation::Kernel, "{dtype:?} hd{head_dim}");
             let mma = matches!(one_pass.dkdv.config, GradientConfig::Mma(_));
             assert_eq!(mma, dtype != FloatKind::F32, "{dtype:?} hd{head_dim}: {one_pass}");
-            // Same blocks either way; the one-pass kernel declares more shared memory (the mma
-            // path's dS^T tile) and still fits.
-            assert_eq!(one_pass.dkdv.config.blocks(), two_kernel.dkdv.config.blocks());
-            assert!(one_pass.dkdv.config.shared_memory_bytes() >= two_kernel.dkdv.config.shared_memory_bytes());
+            // The portable path keeps its blocks; the mma one pass takes its own (128 keys x 64
+            // queries per block pair), adds dQ 4 f32 per request (registered on sm_90) and fits
+            // with its dS^T tile.
+            match one_pass.dkdv.config {
+                GradientConfig::Mma(config) => {
+                    assert_eq!((config.block_q, config.block_kv), (64, 128), "{dtype:?} hd{head_dim}: {one_pass}");
+                    assert_eq!(config.dq_width, 4, "{dtype:?} hd{head_dim}: {one_pass}");
+                }
+                GradientConfig::Portable(_) => {
+                    assert_eq!(one_pass.dkdv.config.blocks(), two_kernel.dkdv.config.blocks())
+                }
+            }
             assert!(one_pass.dkdv.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
         }
     }

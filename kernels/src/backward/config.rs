@@ -269,6 +269,10 @@ pub struct MmaGradientConfig {
     /// atomic adds (the one-pass backward, [`super::dq_sink`]); dS^T goes through a shared
     /// tile for it ([`Self::ds_tile_pairs`]) and no dQ kernel runs.
     pub atomic_dq: bool,
+    /// With `atomic_dq`: f32 elements of dQ per atomic request, 1, 2 or 4 (adjacent columns;
+    /// [`super::dq_sink`]'s `AtomicDq`, `AtomicDqPairs`, `AtomicDqQuads`), as the planner takes
+    /// it from the device ([`crate::plan::DeviceCaps::has_atomic_f32_add_of`]) and the tuning.
+    pub dq_width: u32,
     /// No block pair can need the masked pass (the planner's
     /// [`crate::primitives::block_range::never_masked`]): it is not compiled.
     pub never_masked: bool,

@@ -12,25 +12,48 @@
 //! 2b9b810, benches/RESULTS.md).
 //!
 //! Which kernel variant accumulates is a type, [`DqSink`]: [`AtomicDq`] binds the accumulator
-//! as `Atomic<f32>` (a device needs f32 atomic add for it), [`NoDq`] as plain f32 and adds
-//! nothing, so the two-kernel path's dK/dV kernel never declares an atomic float buffer (which a
-//! WGPU device without `SHADER_FLOAT32_ATOMIC` would refuse).
+//! as `Atomic<f32>` (a device needs f32 atomic add for it); [`AtomicDqPairs`] and
+//! [`AtomicDqQuads`] as vectors of 2 and 4 f32 (`Atomic<Vector<f32, 2 or 4>>`: one request adds
+//! that many adjacent columns, `red.global.add.v2.f32` / `.v4.f32` on CUDA sm_90, which cuts
+//! the L2 atomic requests by 2 and 4; the mma kernel's lanes hold their accumulators in column
+//! pairs, see [`super::mma`]'s dQ share), [`NoDq`] as plain f32 and adds nothing, so the
+//! two-kernel path's dK/dV kernel never declares an atomic float buffer (which a WGPU device
+//! without `SHADER_FLOAT32_ATOMIC` would refuse).
 use cubecl::prelude::*;
 
 use super::contiguous_scratch;
 use super::elementwise::{UNITS, cube_count, element_index, offset, split_index};
+use crate::primitives::mma::Pair;
 
-/// Where the dK/dV kernel's per-pair dQ shares go.
+/// Four f32, the widest atomic add request ([`AtomicDqQuads`]).
+pub type Quad<E> = Vector<E, Const<4>>;
+
+/// Where the dK/dV kernel's per-pair dQ shares go. Indices are in f32 elements of the
+/// accumulator; every method is correct whatever the sink (a narrower sink splits a wide add
+/// into several requests), so a kernel may use any of them.
 #[cube]
 pub trait DqSink: Send + Sync + 'static {
     /// The accumulator's element as the kernel binds it.
     type Acc: CubePrimitive;
     /// `acc[index] += value`.
     fn add(acc: &mut Tensor<Self::Acc>, index: usize, value: f32);
+    /// `acc[index + i] += value[i]` for i < 2 (`index` even).
+    fn add_pair(acc: &mut Tensor<Self::Acc>, index: usize, value: Pair<f32>);
+    /// `acc[index + i] += value[i]` for i < 4 (`index` a multiple of 4).
+    fn add_quad(acc: &mut Tensor<Self::Acc>, index: usize, value: Quad<f32>);
 }
 
-/// The one-pass backward: f32 atomic adds into the accumulator.
+/// The one-pass backward: f32 atomic adds into the accumulator, one element per request.
 pub struct AtomicDq;
+
+/// The one-pass backward on devices with f32 pair atomic add
+/// ([`crate::plan::DeviceCaps::has_atomic_f32_add_of`] 2): one request per two adjacent
+/// elements. The accumulator is bound as pairs (it is contiguous with a last dimension that is
+/// a multiple of 8 on the mma path: every pair and quad is aligned).
+pub struct AtomicDqPairs;
+
+/// As [`AtomicDqPairs`], four adjacent elements per request.
+pub struct AtomicDqQuads;
 
 /// The two-kernel backward: no accumulator (a 1-element f32 stand-in is bound), nothing added.
 pub struct NoDq;
@@ -41,12 +64,68 @@ impl DqSink for AtomicDq {
     fn add(acc: &mut Tensor<Atomic<f32>>, index: usize, value: f32) {
         acc[index].fetch_add(value);
     }
+    fn add_pair(acc: &mut Tensor<Atomic<f32>>, index: usize, value: Pair<f32>) {
+        #[unroll]
+        for i in 0..2usize {
+            acc[index + i].fetch_add(value[i]);
+        }
+    }
+    fn add_quad(acc: &mut Tensor<Atomic<f32>>, index: usize, value: Quad<f32>) {
+        #[unroll]
+        for i in 0..4usize {
+            acc[index + i].fetch_add(value[i]);
+        }
+    }
+}
+
+#[cube]
+impl DqSink for AtomicDqPairs {
+    type Acc = Atomic<Pair<f32>>;
+    fn add(acc: &mut Tensor<Atomic<Pair<f32>>>, index: usize, value: f32) {
+        // The element's pair, with 0 added to its neighbour.
+        let mut pair = Pair::<f32>::new(0.0f32);
+        pair[index % 2] = value;
+        acc[index / 2].fetch_add(pair);
+    }
+    fn add_pair(acc: &mut Tensor<Atomic<Pair<f32>>>, index: usize, value: Pair<f32>) {
+        acc[index / 2].fetch_add(value);
+    }
+    fn add_quad(acc: &mut Tensor<Atomic<Pair<f32>>>, index: usize, value: Quad<f32>) {
+        #[unroll]
+        for i in 0..2usize {
+            let mut pair = Pair::<f32>::new(0.0f32);
+            pair[0] = value[2 * i];
+            pair[1] = value[2 * i + 1];
+            acc[index / 2 + i].fetch_add(pair);
+        }
+    }
+}
+
+#[cube]
+impl DqSink for AtomicDqQuads {
+    type Acc = Atomic<Quad<f32>>;
+    fn add(acc: &mut Tensor<Atomic<Quad<f32>>>, index: usize, value: f32) {
+        let mut quad = Quad::<f32>::new(0.0f32);
+        quad[index % 4] = value;
+        acc[index / 4].fetch_add(quad);
+    }
+    fn add_pair(acc: &mut Tensor<Atomic<Quad<f32>>>, index: usize, value: Pair<f32>) {
+        let mut quad = Quad::<f32>::new(0.0f32);
+        quad[index % 4] = value[0];
+        quad[index % 4 + 1] = value[1];
+        acc[index / 4].fetch_add(quad);
+    }
+    fn add_quad(acc: &mut Tensor<Atomic<Quad<f32>>>, index: usize, value: Quad<f32>) {
+        acc[index / 4].fetch_add(value);
+    }
 }
 
 #[cube]
 impl DqSink for NoDq {
     type Acc = f32;
     fn add(_acc: &mut Tensor<f32>, _index: usize, _value: f32) {}
+    fn add_pair(_acc: &mut Tensor<f32>, _index: usize, _value: Pair<f32>) {}
+    fn add_quad(_acc: &mut Tensor<f32>, _index: usize, _value: Quad<f32>) {}
 }
 
 /// A contiguous f32 `shape` tensor of zeros: the accumulator of one backward launch.

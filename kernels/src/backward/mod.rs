@@ -41,7 +41,7 @@ pub mod preprocess;
 use cubecl::prelude::*;
 
 use crate::checks::{
-    ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
+    ExpectedShape, Shapes, check_atomics, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::error::FlashError;
 use crate::plan::{BackwardPlan, DqAccumulation, Layout};
@@ -123,6 +123,13 @@ pub fn flash_attention_backward<R: Runtime>(
             mma,
             layout,
         )?;
+    }
+    if plan.dq_accumulation() == DqAccumulation::Atomic {
+        let width = match plan.dkdv.config {
+            GradientConfig::Mma(config) => config.dq_width,
+            GradientConfig::Portable(_) => 1,
+        };
+        check_atomics(client, width)?;
     }
     let delta = contiguous_scratch(client, &[problem.batch, problem.num_heads, problem.seq_q], size_of::<f32>());
     let inputs = GradientInputs {

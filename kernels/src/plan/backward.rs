@@ -16,7 +16,7 @@ use crate::problem::{AttentionProblem, FloatKind};
 use super::device::DeviceCaps;
 use super::forward::mma_fits_registers;
 use super::mma_blocks::{self, MmaBlocks};
-use super::{Layout, Tuning};
+use super::{DQ_WIDTHS, Layout, Tuning};
 
 /// Block sizes tried, largest first. Powers of two keep the work per unit even; 1 makes every
 /// head_dim fit any device with at least a few KiB of shared memory.
@@ -202,14 +202,38 @@ pub fn backward(
         match &mut dkdv.config {
             GradientConfig::Portable(config) => config.atomic_dq = true,
             GradientConfig::Mma(config) => {
-                let one_pass = GradientConfig::Mma(MmaGradientConfig { atomic_dq: true, ..*config });
-                if fits(caps, &one_pass) {
-                    config.atomic_dq = true;
+                if let Some(one_pass) = one_pass_config(caps, problem, tuning, config) {
+                    *config = one_pass;
                 }
             }
         }
     }
     Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq })
+}
+
+/// The one-pass mma dK/dV config: the tuning's backward blocks where it names them, otherwise
+/// [`mma_blocks::one_pass_default`], shrunk until they fit with the dS^T tile, and last the
+/// two-kernel path's planned dK/dV blocks (`planned`); dQ added in the widest f32 vectors the
+/// device adds atomically ([`DQ_WIDTHS`]), no wider than the tuning's
+/// [`Tuning::backward_dq_width`]. `None` where none fits (dQ keeps its kernel).
+fn one_pass_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    tuning: &Tuning,
+    planned: &MmaGradientConfig,
+) -> Option<MmaGradientConfig> {
+    // The widest request the device registers, no wider than the tuning's.
+    let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
+    let dq_width = DQ_WIDTHS
+        .into_iter()
+        .find(|&width| width <= widest && caps.has_atomic_f32_add_of(width))
+        .unwrap_or(1);
+    let one_pass = |config: MmaGradientConfig| MmaGradientConfig { atomic_dq: true, dq_width, ..config };
+    let first = tuning.backward_mma.unwrap_or_else(mma_blocks::one_pass_default);
+    core::iter::successors(Some(first), |blocks| blocks.smaller())
+        .map(|blocks| one_pass(mma_config(caps, problem, BackwardKernel::KeyValue, blocks)))
+        .chain([one_pass(*planned)])
+        .find(|config| fits(caps, &GradientConfig::Mma(*config)))
 }
 
 /// One gradient kernel: the mma path where the device, dims and layout allow it and its
@@ -266,6 +290,7 @@ fn mma_config(
         async_inner: async_copy && caps.copy_async(),
         score,
         atomic_dq: false,
+        dq_width: 1,
         never_masked: never_masked(&score, problem.seq_kv, block_kv, Some((problem.seq_q, block_q))),
     }
 }

@@ -74,8 +74,17 @@ impl<'a> DeviceCaps<'a> {
     /// [`crate::plan::DqAccumulation::Atomic`]): CUDA and HIP do; WGPU where the adapter has
     /// `SHADER_FLOAT32_ATOMIC` (lavapipe does).
     pub fn has_atomic_f32_add(&self) -> bool {
-        let atomic_f32 = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
-        self.props.atomic_type_usage(atomic_f32).contains(AtomicUsage::Add)
+        self.has_atomic_f32_add_of(1)
+    }
+
+    /// Whether the device adds `width` adjacent f32 (aligned to `4 width` bytes) in global memory
+    /// with one atomic request: 1 wherever [`Self::has_atomic_f32_add`]; 2 and 4 where CubeCL
+    /// registers them (CUDA sm_90 and later: `red.global.add.v2.f32` / `.v4.f32`). The one-pass
+    /// mma backward adds dQ in such vectors ([`crate::backward::dq_sink`]), fewer L2 atomic
+    /// requests.
+    pub fn has_atomic_f32_add_of(&self, width: u32) -> bool {
+        let atomic = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
+        self.props.atomic_type_usage(atomic.with_vector_size(width as usize)).contains(AtomicUsage::Add)
     }
 
     /// Whether the device computes in f64 (the portable forward's f32 q·k then sums in f64).

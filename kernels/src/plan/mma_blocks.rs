@@ -177,6 +177,20 @@ pub fn backward_default(dim: usize) -> MmaBlocks {
     }
 }
 
+/// The one-pass backward's blocks (the dK/dV kernel that also adds dQ,
+/// [`crate::backward::dq_sink`]) for every head: 8 planes (128 keys per cube) x 64 query rows
+/// per inner block, two buffers by `cp.async`. Each cube adds its share of every dQ element
+/// once, so the atomic requests to L2 fall with the keys per cube: 128 keys halve those of the
+/// two-kernel dK/dV blocks at head dims up to 64 (4 planes, 64 keys), where the one pass with
+/// those blocks held L2 at 81 % of its peak (Nsight Compute, H200, 2026-12-03, 2b9b810:
+/// `benches/results/2026-12-03-h200-2b9b810/ncu-summary.csv`).
+pub fn one_pass_default() -> MmaBlocks {
+    MmaBlocks {
+        async_copy: true,
+        ..blocks(8, 64, TILE_M, 2)
+    }
+}
+
 /// `planes,rows[,plane_rows[,buffers[,async]]]` with 1..=16 planes, rows a positive multiple
 /// of 16, plane_rows 16 (the default) or 32, buffers 1 (the default) or 2, async 0 (the
 /// default) or 1 (the forward streams by cp.async with two buffers only); `None` otherwise.

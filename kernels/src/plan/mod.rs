@@ -92,6 +92,9 @@ pub struct Tuning {
     /// blocks fit its shared memory), `Kernel` elsewhere ([`BackwardPlan::dq_accumulation`]
     /// says which).
     pub backward_dq: Option<DqAccumulation>,
+    /// The one-pass mma backward's f32 per dQ atomic request (1, 2 or 4) instead of the widest
+    /// the device registers; narrowed to what the device registers.
+    pub backward_dq_width: Option<u32>,
 }
 
 impl Tuning {
@@ -115,11 +118,23 @@ impl Tuning {
         self
     }
 
+    pub fn with_backward_dq_width(mut self, width: Option<u32>) -> Self {
+        self.backward_dq_width = width;
+        self
+    }
+
     /// Checks every override, whichever path a problem takes: the mma blocks the kernels can
     /// take ([`MmaBlocks::validate`]), 16-row planes for the backward's.
     pub fn validate(&self) -> Result<(), FlashError> {
         if let Some(blocks) = self.forward_mma {
             blocks.validate()?;
+        }
+        if let Some(width) = self.backward_dq_width
+            && !DQ_WIDTHS.contains(&width)
+        {
+            return Err(FlashError::InvalidTuning(format!(
+                "dQ atomic width {width}: one of {DQ_WIDTHS:?} f32 per request"
+            )));
         }
         if let Some(blocks) = self.backward_mma {
             blocks.validate()?;
@@ -133,6 +148,10 @@ impl Tuning {
         Ok(())
     }
 }
+
+/// The one-pass backward's f32 per dQ atomic request, widest first
+/// ([`Tuning::backward_dq_width`], [`crate::backward::dq_sink`]).
+pub const DQ_WIDTHS: [u32; 3] = [4, 2, 1];
 
 /// Which passes a plan covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //! a plain (not in-place) one: the builders of the codegen tests (`mma_codegen`,
 //! `mma_codegen_time`), no device needed.
 use burn_flash_attn_kernels::backward::config::MmaGradientConfig;
-use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
+use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq};
 use burn_flash_attn_kernels::backward::mma::dkdv_mma_kernel::DkdvMmaKernel;
 use burn_flash_attn_kernels::backward::mma::dq_mma_kernel::DqMmaKernel;
 use burn_flash_attn_kernels::config::{MMA_CHUNK, MmaConfig};
@@ -63,7 +63,11 @@ pub fn dkdv_source_with<F: Float, S: PairStream>(
     settings: KernelSettings,
     config: MmaGradientConfig,
 ) -> (String, usize) {
-    if config.atomic_dq {
+    if config.atomic_dq && config.dq_width == 4 {
+        dkdv_source_sink::<F, S, AtomicDqQuads>(client, settings, config)
+    } else if config.atomic_dq && config.dq_width == 2 {
+        dkdv_source_sink::<F, S, AtomicDqPairs>(client, settings, config)
+    } else if config.atomic_dq {
         dkdv_source_sink::<F, S, AtomicDq>(client, settings, config)
     } else {
         dkdv_source_sink::<F, S, NoDq>(client, settings, config)

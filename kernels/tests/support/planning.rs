@@ -23,18 +23,24 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
     }
 }
 
-/// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`, and
-/// the backward's dQ accumulation of `BURN_FLASH_DQ` (`kernel` or `atomic`: the suites run on
-/// the one-pass backward wherever it can run with `atomic`).
+/// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`, the
+/// backward's dQ accumulation of `BURN_FLASH_DQ` (`kernel` or `atomic`: the suites run on the
+/// one-pass backward wherever it can run with `atomic`) and its atomic width of
+/// `BURN_FLASH_DQ_WIDTH` (1, 2 or 4).
 pub fn tuning() -> Tuning {
     let dq = std::env::var("BURN_FLASH_DQ").ok().map(|value| match value.parse() {
         Ok(accumulation) => accumulation,
         Err(error) => panic!("BURN_FLASH_DQ: {error}"),
     });
+    let width = std::env::var("BURN_FLASH_DQ_WIDTH").ok().map(|value| match value.parse() {
+        Ok(width) => width,
+        Err(error) => panic!("BURN_FLASH_DQ_WIDTH: {error}"),
+    });
     Tuning::default()
         .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
         .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
         .with_backward_dq(dq)
+        .with_backward_dq_width(width)
 }
 
 /// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.

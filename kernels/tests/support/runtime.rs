@@ -71,6 +71,15 @@ pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties
     let mut props = simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &dtypes);
     // sm_90 copies global to shared memory asynchronously (cp.async): the planner streams by it.
     props.features.copy_async = true;
+    // And adds 1, 2 and 4 f32 per atomic request (the one-pass backward's dQ), as CubeCL's CUDA
+    // runtime registers them there.
+    for width in [1, 2, 4] {
+        let f32_atomic = cubecl::ir::Type::new(cubecl::ir::StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
+        props.register_atomic_type_usage(
+            f32_atomic.with_vector_size(width),
+            cubecl::ir::features::AtomicUsage::Add | cubecl::ir::features::AtomicUsage::LoadStore,
+        );
+    }
     props.features.matmul.mma.clear();
     for dtype in dtypes {
         let elem = elem_type(dtype).into();

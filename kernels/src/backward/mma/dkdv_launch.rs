@@ -4,7 +4,7 @@ use cubecl::prelude::*;
 
 use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
-use crate::backward::dq_sink::{AtomicDq, DqSink, NoDq};
+use crate::backward::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq};
 use crate::checks::stand_in;
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::mma::LANES;
@@ -37,7 +37,9 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
 /// The one-pass mma dK/dV kernel (`config.atomic_dq`): dK and dV as
 /// [`flash_attention_backward_dkdv_mma`], and every block pair's `dS K` added to `dq_acc`
 /// (f32, zeroed, contiguous `[batch, num_heads, seq_q, head_dim]`, without the scale) by atomic
-/// adds. The device must register f32 atomic add (the planner checks).
+/// adds, `config.dq_width` adjacent columns per request. The device must register f32 atomic
+/// add of that width (the planner plans by it; the launcher checks it,
+/// [`crate::checks::check_atomics`]).
 pub(crate) fn launch_dkdv_dq_mma<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
@@ -50,7 +52,12 @@ pub(crate) fn launch_dkdv_dq_mma<R: Runtime, F: Float, M: Int>(
         "a two-kernel config takes flash_attention_backward_dkdv_mma"
     );
     let dq_acc = dq_acc.into_tensor_arg();
-    launch_stream::<R, F, M, AtomicDq>(client, problem, inputs, (dk, dv, dq_acc), config)
+    let outputs = (dk, dv, dq_acc);
+    match config.dq_width {
+        4 => launch_stream::<R, F, M, AtomicDqQuads>(client, problem, inputs, outputs, config),
+        2 => launch_stream::<R, F, M, AtomicDqPairs>(client, problem, inputs, outputs, config),
+        _ => launch_stream::<R, F, M, AtomicDq>(client, problem, inputs, outputs, config),
+    }
 }
 
 /// The kernel with the config's way of streaming the query blocks.

@@ -3,7 +3,8 @@
 //! shared buffers (by the query block's parity), and in the next block pair's step (or after
 //! the last one) the planes compute the pair's `dS K` (`[block_q, head_dim]`) from that buffer
 //! and the K tile, 16 rows x 16 columns per work item, and add it to the f32 accumulator with
-//! atomic adds ([`crate::backward::dq_sink`]):
+//! atomic adds of 1, 2 or 4 adjacent columns per request (`config.dq_width`,
+//! [`crate::backward::dq_sink`]):
 //! ```text
 //! dS^T regs --Pair stores--> ds buffer b % 2 [block_kv keys][block_q queries]
 //!                                      |  ldmatrix.trans (A = dS, rows = queries)
@@ -16,7 +17,7 @@
 use cubecl::prelude::*;
 
 use crate::backward::config::MmaGradientConfig;
-use crate::backward::dq_sink::DqSink;
+use crate::backward::dq_sink::{DqSink, Quad};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a_transposed, load_b_by_cols,
     mma_tile_pair, zero_accumulators,
@@ -71,8 +72,8 @@ const JOINT_ITEMS: u32 = 2;
 
 /// The one-pass backward's share of a block pair, its dS^T in the buffer from tile row `ds_row`:
 /// `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
-/// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, one f32
-/// atomic add per element. Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
+/// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, by the
+/// sink's atomic adds of `config.dq_width` adjacent columns per request ([`add_item`]). Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
 /// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
 /// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
 /// there are zeros, so the keys need no bound.
@@ -213,7 +214,8 @@ fn add_group<F: Float, D: DqSink, N: Size>(
 }
 
 /// Adds one work item's 16 x 16 share (accumulator tiles `2 pair` and `2 pair + 1`: query rows
-/// from `first_row`, columns of 16-column step `step`) to the accumulator at `base`.
+/// from `first_row`, columns of 16-column step `step`) to the accumulator at `base`, in requests
+/// of `config.dq_width` f32 (see [`quad_of_lanes`] for 4).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn add_item<D: DqSink>(
@@ -229,26 +231,62 @@ fn add_item<D: DqSink>(
 ) {
     let head_dim = comptime!(config.head_dim);
     // Every column of every step is inside head_dim: no column bound (all head dims the mma
-    // path takes but those of 16k + 8 columns).
+    // path takes but those of 16k + 8 columns). Where there is one, a request's columns are all
+    // inside head_dim or all past it: head_dim is a multiple of 8 on the mma path and a
+    // request's first column a multiple of its width.
     let whole_steps = comptime!(config.head_dim.is_multiple_of(TILE_M));
-    let first_col = step * TILE_M + lane.quad * 2;
     #[unroll]
     for h in 0..2u32 {
         let row = first_row + lane.group + h * BOTTOM_ROW;
-        if row < seq_q {
+        let left = share[((pair * 2) * ACC_REGS + h) as usize];
+        let right = share[((pair * 2 + 1) * ACC_REGS + h) as usize];
+        if comptime!(config.dq_width == 4) {
+            // Outside the row bound: every lane of the plane takes part in the shuffle.
+            let (quad, offset) = quad_of_lanes(left, right, lane);
+            let col = step * TILE_M + offset;
+            if row < seq_q && (whole_steps || col < head_dim) {
+                D::add_quad(dq_acc, base + row as usize * head_dim as usize + col as usize, quad);
+            }
+        } else if row < seq_q {
+            let first_col = step * TILE_M + lane.quad * 2;
             let at = base + row as usize * head_dim as usize + first_col as usize;
-            #[unroll]
-            for t in 0..2u32 {
-                let pair_regs = share[((pair * 2 + t) * ACC_REGS + h) as usize];
-                #[unroll]
-                for e in 0..2u32 {
-                    let offset = comptime!(t * TILE_N + e);
-                    // A constant `true ||` where the steps are whole: no compare is emitted.
-                    if whole_steps || first_col + offset < head_dim {
-                        D::add(dq_acc, at + offset as usize, pair_regs[e as usize]);
-                    }
-                }
+            // The lane's two adjacent columns of each 8-column tile.
+            if whole_steps || first_col < head_dim {
+                D::add_pair(dq_acc, at, left);
+            }
+            if whole_steps || first_col + TILE_N < head_dim {
+                D::add_pair(dq_acc, at + TILE_N as usize, right);
             }
         }
     }
+}
+
+/// Four adjacent columns of one accumulator row from the pairs two neighbouring lanes hold:
+/// lanes of quads 2i and 2i + 1 (the same row group) hold columns 4i..4i+3 of the left 8-column
+/// tile and of the right one, two each. They swap one pair (one shuffle of two f32 each), so
+/// the even lane has the left tile's four and the odd lane the right's. Returns the four values
+/// and their first column within the 16-column step (`4i` or `8 + 4i`).
+/// ```text
+/// columns      0 1 2 3 4 5 6 7 | 8 9 ...
+/// quad 0 holds a a . . . . . . | b b          after: quad 0 adds 0..3 of the left tile,
+/// quad 1 holds . . c c . . . . | . . d d             quad 1 adds 8..11 (b b d d)
+/// ```
+#[cube]
+fn quad_of_lanes(left: Pair<f32>, right: Pair<f32>, lane: Lane) -> (Quad<f32>, u32) {
+    let odd = lane.quad % 2 == 1;
+    // The even lane gives its right pair, the odd lane its left pair.
+    let given = select(odd, left, right);
+    let mut taken = Pair::<f32>::new(0.0f32);
+    taken[0] = plane_shuffle_xor(given[0], 1);
+    taken[1] = plane_shuffle_xor(given[1], 1);
+    // Even: its left pair then the neighbour's; odd: the neighbour's right pair then its own.
+    let first = select(odd, taken, left);
+    let second = select(odd, right, taken);
+    let mut quad = Quad::<f32>::new(0.0f32);
+    quad[0] = first[0];
+    quad[1] = first[1];
+    quad[2] = second[0];
+    quad[3] = second[1];
+    let offset = select(odd, TILE_N, 0u32) + (lane.quad - lane.quad % 2) * 2;
+    (quad, offset)
 }
