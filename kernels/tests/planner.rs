@@ -201,6 +201,33 @@ fn h200_one_pass_backward_is_planned_on_both_paths() {
     }
 }
 
+/// Without a preference, an H200 plan takes the one pass on the mma path from
+/// `ONE_PASS_MIN_KEYS` keys (where it measured faster) and dQ's kernel below; f32 (the
+/// portable path) keeps dQ's kernel; `Tuning::deterministic()` keeps it everywhere.
+#[test]
+fn h200_default_takes_the_one_pass_from_2048_keys() {
+    use burn_flash_attn_kernels::plan::backward::ONE_PASS_MIN_KEYS;
+    use burn_flash_attn_kernels::plan::{self, DqAccumulation, Layout};
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    for dtype in [FloatKind::BF16, FloatKind::F16, FloatKind::F32] {
+        for head_dim in [32, 64, 128] {
+            for (seq_q, seq_kv) in [(1000, 1000), (4096, ONE_PASS_MIN_KEYS - 1), (64, ONE_PASS_MIN_KEYS), (8192, 8192)] {
+                let case = AttentionProblem { seq_q, seq_kv, ..problem(dtype, head_dim) };
+                let planned = |tuning: &Tuning| {
+                    plan::backward::backward(&caps, &case, Layout::CHUNKED, tuning).expect("planned").dq_accumulation()
+                };
+                let one_pass = dtype != FloatKind::F32 && seq_kv >= ONE_PASS_MIN_KEYS;
+                let expected = if one_pass { DqAccumulation::Atomic } else { DqAccumulation::Kernel };
+                assert_eq!(planned(&Tuning::default()), expected, "{dtype:?} hd{head_dim} {seq_q}x{seq_kv}");
+                let deterministic = planned(&Tuning::default().deterministic());
+                assert_eq!(deterministic, DqAccumulation::Kernel, "{dtype:?} hd{head_dim} {seq_q}x{seq_kv}");
+            }
+        }
+    }
+}
+
 /// The host cost of planning one training call (forward and backward) at the smallest bench
 /// shape, (6,12,512,32) bf16, on H200 properties: a measurement, printed (issue: where the host
 /// time of a small call goes). Run with

@@ -123,7 +123,8 @@ for s in "$@"; do
     # N = 8192 seconds): a 240 s limit cut both of these on 2026-11-30 (H200, 0af16f3).
     bar) STEP_TIMEOUT=${BAR_TIMEOUT:-420} step bar "$BIN/attention" speed --bar ${BAR_ARGS:-} ;;
     # The one-pass backward against dQ's own kernel, interleaved in one process (DQAB_ARGS:
-    # shapes, default the eight of `h200`; 126 s on 2026-12-03).
+    # shapes, default the eight of `h200`; 126 s on 2026-12-03). DQAB_WIDTHS=1,2,4 (read by
+    # the bench) times the one pass at each dQ atomic width (252 s at the eight shapes).
     dqab)
       if [ -n "${DQAB_ARGS:-}" ]; then args=($DQAB_ARGS); else args=("${EIGHT[@]}"); fi
       STEP_TIMEOUT=${DQAB_TIMEOUT:-420} step dqab "$BIN/attention" dq-ab "${args[@]}" ;;

@@ -6,10 +6,11 @@
 //! [`launch_finish_dq`] writes `dq = scale * accumulator` in the input dtype: 5 products per
 //! pair (S, dP, dV, dK, dQ) where the two-kernel backward recomputes S and dP in its dQ kernel
 //! (7). The order in which the key/value blocks' shares arrive varies from run to run, so dQ
-//! does too (in its last bits); dK and dV do not. Opt-in (`plan::DqAccumulation::Atomic`): on
-//! the H200 the mma one pass measured 0.73-0.84x the two-kernel backward at head dims 32 and 64,
-//! where its atomic adds hold L2 at 81 % of its peak, and 0.94-1.01x at 128 (2026-12-03,
-//! 2b9b810, benches/RESULTS.md).
+//! does too (in its last bits); dK and dV do not. The planner takes it by default on the mma
+//! path from [`crate::plan::backward::ONE_PASS_MIN_KEYS`] keys (forward + backward 1.03-1.16x
+//! the two-kernel backward's speed there on the H200; 0.87-0.97x below, where dQ keeps its
+//! kernel), and wherever `plan::DqAccumulation::Atomic` is asked for;
+//! [`crate::plan::Tuning::deterministic`] keeps dQ's kernel everywhere.
 //!
 //! Which kernel variant accumulates is a type, [`DqSink`]: [`AtomicDq`] binds the accumulator
 //! as `Atomic<f32>` (a device needs f32 atomic add for it); [`AtomicDqPairs`] and

@@ -83,18 +83,35 @@ pub struct BackwardPlan {
     pub dq: GradientPlan,
 }
 
-/// How the backward sums dQ over the key/value blocks.
+/// How the backward sums dQ over the key/value blocks. Without a preference
+/// ([`Tuning::backward_dq`] `None`) the planner takes the one pass where it measured faster
+/// ([`ONE_PASS_MIN_KEYS`]), its own kernel elsewhere.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum DqAccumulation {
     /// Its own kernel (outer loop over query blocks, S and dP recomputed there), every sum in a
-    /// fixed order: reruns are bit-identical. The default.
+    /// fixed order: reruns are bit-identical (the deterministic backward,
+    /// [`Tuning::deterministic`]).
     #[default]
     Kernel,
     /// The one-pass backward ([`crate::backward::dq_sink`]): the dK/dV kernel adds each block
     /// pair's share with f32 atomic adds, 5 products per pair instead of 7; dQ's last bits
-    /// vary from run to run. Both paths (portable and mma), devices with f32 atomic add.
+    /// vary from run to run (the order in which the key blocks' shares arrive does). Both paths
+    /// (portable and mma), devices with f32 atomic add.
     Atomic,
 }
+
+/// Keys from which the planner, without a preference, takes the one-pass backward on the mma
+/// path (devices with f32 atomic add). Measured on the H200 (bf16, forward + backward, one pass
+/// with dQ added 4 f32 per request against the two-kernel backward, interleaved in one process,
+/// 2026-12-03, 337d184, `benches/results/2026-12-03-h200-337d184/dq-ab.csv`), the two kernels'
+/// time over the one pass's (means of three rounds), not causal / causal:
+/// - 2048 keys and more: head dim 64 1.03 / 0.98 (N = 2048), 1.07 / 1.05 (4096); head dim 128
+///   1.09 / 1.07 (2048), 1.12 / 1.13 (8192), 1.13 / 1.16 (32768);
+/// - 1024 keys: head dim 64 0.97 / 0.91, head dim 32 0.89 / 0.87; 512 keys (host-bound) 0.99 /
+///   1.05.
+///
+/// The portable path keeps dQ's kernel unless asked: its one pass is not measured.
+pub const ONE_PASS_MIN_KEYS: usize = 2048;
 
 impl DqAccumulation {
     pub fn name(self) -> &'static str {
@@ -193,19 +210,22 @@ pub fn backward(
     problem.validate()?;
     caps.check_types(problem)?;
     tuning.validate()?;
-    let atomic = tuning.backward_dq == Some(DqAccumulation::Atomic) && caps.has_atomic_f32_add();
     let mut dkdv = gradient(caps, problem, layout, tuning, BackwardKernel::KeyValue)?;
     let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
-    // Atomic is taken where it can run: a device with f32 atomic add, and (mma) blocks that
-    // still fit with the dS^T tile; elsewhere dQ keeps its kernel.
-    if atomic {
+    // The one pass is taken where it can run (a device with f32 atomic add and, on the mma path,
+    // blocks that still fit with the dS^T tile) when asked for, or, without a preference, on
+    // the mma path from ONE_PASS_MIN_KEYS keys; elsewhere dQ keeps its kernel.
+    let asked = tuning.backward_dq == Some(DqAccumulation::Atomic);
+    let by_default = tuning.backward_dq.is_none() && problem.seq_kv >= ONE_PASS_MIN_KEYS;
+    if caps.has_atomic_f32_add() {
         match &mut dkdv.config {
-            GradientConfig::Portable(config) => config.atomic_dq = true,
-            GradientConfig::Mma(config) => {
+            GradientConfig::Portable(config) => config.atomic_dq = asked,
+            GradientConfig::Mma(config) if asked || by_default => {
                 if let Some(one_pass) = one_pass_config(caps, problem, tuning, config) {
                     *config = one_pass;
                 }
             }
+            GradientConfig::Mma(_) => {}
         }
     }
     Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq })

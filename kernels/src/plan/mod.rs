@@ -87,10 +87,12 @@ pub struct Tuning {
     pub forward_mma: Option<MmaBlocks>,
     /// The mma backward's blocks instead of the measured ones (16-row planes only).
     pub backward_mma: Option<MmaBlocks>,
-    /// How the backward sums dQ (default [`DqAccumulation::Kernel`]). `Atomic` is a preference:
-    /// taken where the device has f32 atomic add (and, on the mma path, the one-pass kernel's
-    /// blocks fit its shared memory), `Kernel` elsewhere ([`BackwardPlan::dq_accumulation`]
-    /// says which).
+    /// How the backward sums dQ. `None` (the default): the planner's choice, the one pass on
+    /// the mma path from [`backward::ONE_PASS_MIN_KEYS`] keys where the device has f32 atomic
+    /// add, dQ's own kernel elsewhere. `Kernel`: always dQ's own kernel, reruns bit-identical
+    /// ([`Tuning::deterministic`]). `Atomic` is a preference: taken where the device has f32
+    /// atomic add (and, on the mma path, the one-pass kernel's blocks fit its shared memory),
+    /// `Kernel` elsewhere. [`BackwardPlan::dq_accumulation`] says which a plan took.
     pub backward_dq: Option<DqAccumulation>,
     /// The one-pass mma backward's f32 per dQ atomic request (1, 2 or 4) instead of the widest
     /// the device registers; narrowed to what the device registers.
@@ -116,6 +118,14 @@ impl Tuning {
     pub fn with_backward_dq(mut self, accumulation: Option<DqAccumulation>) -> Self {
         self.backward_dq = accumulation;
         self
+    }
+
+    /// The deterministic backward: dQ by its own kernel, every sum in a fixed order, so that
+    /// reruns on the same inputs are bit-identical (`backward_dq = Some(Kernel)`). It gives up
+    /// the one pass's speed where the planner would take it (up to 1.16x forward + backward on
+    /// the H200 at 32768 keys: [`backward::ONE_PASS_MIN_KEYS`]).
+    pub fn deterministic(self) -> Self {
+        self.with_backward_dq(Some(DqAccumulation::Kernel))
     }
 
     pub fn with_backward_dq_width(mut self, width: Option<u32>) -> Self {
