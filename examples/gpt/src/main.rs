@@ -94,7 +94,7 @@ struct TrainArgs {
     artifacts: Option<PathBuf>,
     /// How the backward sums dQ (`flash` feature): `kernel` (its own kernel, bit-identical
     /// reruns) or `atomic` (the one-pass backward: the dK/dV kernel adds dQ with f32 atomic
-    /// adds); the library's default when absent.
+    /// adds); the library's default when absent (the one pass on the mma path from 2048 keys).
     #[arg(long)]
     backward_dq: Option<DqAccumulation>,
     #[command(flatten)]
