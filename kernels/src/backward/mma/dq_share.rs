@@ -71,12 +71,12 @@ pub(super) fn ds_buffer_row(q_block: u32, #[comptime] config: MmaGradientConfig)
 const JOINT_ITEMS: u32 = 2;
 
 /// The one-pass backward's share of a block pair, its dS^T in the buffer from tile row `ds_row`:
-/// `dQ_acc[q_start + i, c] += Σ_k dS[i, k]
-/// K[k, c]` for the block's query rows `i` (before seq_q) and columns `c < head_dim`, by the
-/// sink's atomic adds of `config.dq_width` adjacent columns per request ([`add_item`]). Work item `w` is 16 query rows (row tile `w % row_tiles`) by 16
-/// columns (step `w / row_tiles`), plane `p` takes `w = p, p + planes, ...`; each runs over the
-/// block's keys in 16-key steps. dS is 0 for keys past seq_kv (the masked pass) and K's rows
-/// there are zeros, so the keys need no bound.
+/// `dQ_acc[q_start + i, c] += Σ_k dS[i, k] K[k, c]` for the block's query rows `i` (before
+/// seq_q) and columns `c < head_dim`, by the sink's atomic adds of `config.dq_width` adjacent
+/// columns per request ([`add_item`]). Work item `w` is 16 query rows (row tile
+/// `w % row_tiles`) by 16 columns (step `w / row_tiles`), plane `p` takes
+/// `w = p, p + planes, ...`; each runs over the block's keys in 16-key steps. dS is 0 for keys
+/// past seq_kv (the masked pass) and K's rows there are zeros, so the keys need no bound.
 ///
 /// Where the planes are a multiple of the row tiles and share the items evenly (the default
 /// blocks: 4 planes x 2 row tiles at head dims up to 64, 8 x 4 above), every item of a plane
