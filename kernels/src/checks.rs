@@ -1,13 +1,11 @@
 //! Host-side checks shared by the forward and backward launchers: the tensors against the
 //! problem, the plan against the problem and the client, and the stand-ins bound for absent
 //! optional tensors. The kernels trust what passes here.
-use cubecl::ir::features::AtomicUsage;
-use cubecl::ir::{ElemType, FloatKind as IrFloatKind, StorageType};
 use cubecl::prelude::*;
 
 use crate::error::FlashError;
 use crate::plan::Layout;
-use crate::plan::device::cube_fits;
+use crate::plan::device::{atomic_f32_add_of, cube_fits};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind};
 
@@ -109,9 +107,7 @@ pub(crate) fn check_plan_fits<R: Runtime>(
 /// of `width` elements per request (1 on the portable path). A plan made for another device
 /// gets a typed error here instead of a kernel the device cannot compile.
 pub(crate) fn check_atomics<R: Runtime>(client: &ComputeClient<R>, width: u32) -> Result<(), FlashError> {
-    let f32_atomic = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
-    let usage = client.properties().atomic_type_usage(f32_atomic.with_vector_size(width as usize));
-    if usage.contains(AtomicUsage::Add) {
+    if atomic_f32_add_of(client.properties(), width) {
         Ok(())
     } else {
         Err(FlashError::Device(format!(

@@ -83,8 +83,7 @@ impl<'a> DeviceCaps<'a> {
     /// mma backward adds dQ in such vectors ([`crate::backward::dq_sink`]), fewer L2 atomic
     /// requests.
     pub fn has_atomic_f32_add_of(&self, width: u32) -> bool {
-        let atomic = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
-        self.props.atomic_type_usage(atomic.with_vector_size(width as usize)).contains(AtomicUsage::Add)
+        atomic_f32_add_of(self.props, width)
     }
 
     /// Whether the device computes in f64 (the portable forward's f32 q·k then sums in f64).
@@ -154,6 +153,14 @@ impl<'a> DeviceCaps<'a> {
 /// (the launchers check their plan with it, without building a [`DeviceCaps`]).
 pub(crate) fn cube_fits(hardware: &HardwareProperties, shared_memory: usize, units: u32) -> bool {
     shared_memory <= hardware.max_shared_memory_size && units <= hardware.max_units_per_cube
+}
+
+/// Whether `props` register atomic add of `width` adjacent f32 in one request (what
+/// [`DeviceCaps::has_atomic_f32_add_of`] answers; the launchers check it on the raw
+/// properties, see [`crate::checks::check_atomics`]).
+pub(crate) fn atomic_f32_add_of(props: &DeviceProperties, width: u32) -> bool {
+    let atomic = Type::new(StorageType::Atomic(ElemType::Float(IrFloatKind::F32)));
+    props.atomic_type_usage(atomic.with_vector_size(width as usize)).contains(AtomicUsage::Add)
 }
 
 /// The cubecl element type of a [`FloatKind`].
