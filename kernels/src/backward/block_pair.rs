@@ -14,7 +14,8 @@ use cubecl::prelude::*;
 use crate::primitives::arena::carve;
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::score::{
-    ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative,
+    ScoreOptions, ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score,
+    softcap_derivative,
 };
 use crate::primitives::tile_io::{head_view, load_tile, row_stat};
 
@@ -224,21 +225,23 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
             // A masked entry gets P = 0 and dS = 0 exactly: its logit is a finite sentinel, and
             // the lse of a fully masked row is f32::MAX, so no exp or product here can give NaN.
             if !is_masked_logit(logit) {
-                p = f32::exp(logit - tiles.lse[i as usize]);
                 let mut dp = 0.0f32;
                 for c in 0..config.val_dim {
                     dp += tiles.d_out[(i * dv + c) as usize] * tiles.v[(j * dv + c) as usize];
                 }
-                let capped = scaled_logit(dot, params, config.score);
-                // Dropout: dV takes the dropped P, dS = P * (dP * z - delta).
-                let mut z = 1.0f32;
-                if comptime!(config.score.dropout) {
-                    z = dropout_factor(pair.q_start + i, pair.kv_start + j, params);
-                }
-                ds = p
-                    * (dp * z - tiles.delta[i as usize])
-                    * softcap_derivative(capped, params, config.score);
-                p *= z;
+                let (entry_p, entry_ds) = entry_p_and_ds(
+                    logit,
+                    dot,
+                    dp,
+                    tiles.lse[i as usize],
+                    tiles.delta[i as usize],
+                    pair.q_start + i,
+                    pair.kv_start + j,
+                    params,
+                    config.score,
+                );
+                p = entry_p;
+                ds = entry_ds;
             }
             let at = (i * score_cols + j) as usize;
             if comptime!(config.keeps_p()) {
@@ -247,4 +250,31 @@ pub fn recompute_p_and_ds<F: Float, M: Int>(
             tiles.ds[at] = ds;
         }
     }
+}
+
+/// P and dS of one visible entry (row `row`, column `col` of the (batch, head)): `P =
+/// exp(logit - lse)` and `dS = P ∘ (dP - delta)` times the softcap's derivative at the raw
+/// `dot`; with dropout (factor `z`, 0 or 1 / keep) dV takes the dropped `P z` and `dS = P (dP
+/// z - delta)`. Returns (the P that dV takes, dS).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn entry_p_and_ds(
+    logit: f32,
+    dot: f32,
+    dp: f32,
+    lse: f32,
+    delta: f32,
+    row: u32,
+    col: u32,
+    params: &ScoreParams,
+    #[comptime] options: ScoreOptions,
+) -> (f32, f32) {
+    let p = f32::exp(logit - lse);
+    let capped = scaled_logit(dot, params, options);
+    let mut z = 1.0f32;
+    if comptime!(options.dropout) {
+        z = dropout_factor(row, col, params);
+    }
+    let ds = p * (dp * z - delta) * softcap_derivative(capped, params, options);
+    (p * z, ds)
 }

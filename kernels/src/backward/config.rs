@@ -1,6 +1,7 @@
 //! The comptime configurations of the gradient kernels, one type per kernel family:
-//! [`PortableGradientConfig`] ([`super::dkdv`], [`super::dq`]) and [`MmaGradientConfig`]
-//! ([`super::mma`]); [`crate::plan::backward`] chooses them.
+//! [`PortableGradientConfig`] ([`super::dkdv`], [`super::dq`]), [`MmaGradientConfig`]
+//! ([`super::mma`]) and [`MatrixGradientConfig`] ([`super::matrix`]);
+//! [`crate::plan::backward`] chooses them.
 //!
 //! Both kernels work on a pair of blocks at a time: `block_q` query rows (with their `d_out`,
 //! lse and delta) against `block_kv` key/value rows. dK/dV iterate over query blocks for a fixed
@@ -34,6 +35,26 @@ pub enum BackwardPath {
     /// Register-level 16x8x16 mma, P and dS reused as A operands in registers
     /// ([`super::mma`]). Same requirements as the forward's mma path.
     Mma,
+    /// 16x16x16 `cmma` fragments on tiles staged in the dtype, S, dP, P and dS through shared
+    /// memory ([`super::matrix`]): where the device registers cmma for the dtype but not the
+    /// register mma (gfx942 with rocWMMA, f16).
+    Matrix,
+}
+
+impl core::str::FromStr for BackwardPath {
+    type Err = crate::error::FlashError;
+
+    /// `portable`, `mma` or `matrix`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [BackwardPath::Portable, BackwardPath::Mma, BackwardPath::Matrix]
+            .into_iter()
+            .find(|path| path.name() == text)
+            .ok_or_else(|| {
+                crate::error::FlashError::InvalidTuning(format!(
+                    "backward path {text:?}: `portable`, `mma` or `matrix`"
+                ))
+            })
+    }
 }
 
 impl BackwardPath {
@@ -41,6 +62,7 @@ impl BackwardPath {
         match self {
             BackwardPath::Portable => "portable",
             BackwardPath::Mma => "mma",
+            BackwardPath::Matrix => "matrix",
         }
     }
 }
@@ -50,6 +72,7 @@ impl BackwardPath {
 pub enum GradientConfig {
     Portable(PortableGradientConfig),
     Mma(MmaGradientConfig),
+    Matrix(MatrixGradientConfig),
 }
 
 impl GradientConfig {
@@ -57,6 +80,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(_) => BackwardPath::Portable,
             GradientConfig::Mma(_) => BackwardPath::Mma,
+            GradientConfig::Matrix(_) => BackwardPath::Matrix,
         }
     }
 
@@ -64,6 +88,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => c.kernel,
             GradientConfig::Mma(c) => c.kernel,
+            GradientConfig::Matrix(c) => c.kernel,
         }
     }
 
@@ -72,6 +97,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => (c.block_q, c.block_kv),
             GradientConfig::Mma(c) => (c.block_q, c.block_kv),
+            GradientConfig::Matrix(c) => (c.block_q, c.block_kv),
         }
     }
 
@@ -80,6 +106,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => c.units,
             GradientConfig::Mma(c) => c.units(),
+            GradientConfig::Matrix(c) => c.units(),
         }
     }
 
@@ -88,6 +115,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => c.shared_memory_bytes(),
             GradientConfig::Mma(c) => c.shared_memory_bytes(),
+            GradientConfig::Matrix(c) => c.shared_memory_bytes(),
         }
     }
 
@@ -96,6 +124,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => (c.head_dim, c.val_dim),
             GradientConfig::Mma(c) => (c.head_dim, c.val_dim),
+            GradientConfig::Matrix(c) => (c.head_dim, c.val_dim),
         }
     }
 
@@ -103,6 +132,7 @@ impl GradientConfig {
         match self {
             GradientConfig::Portable(c) => c.score,
             GradientConfig::Mma(c) => c.score,
+            GradientConfig::Matrix(c) => c.score,
         }
     }
 }
@@ -365,5 +395,80 @@ impl MmaGradientConfig {
         // without one never touch their stand-in, and the compiler drops it.
         let ds = if self.has_ds_tile() { self.ds_tile_pairs() as usize * 2 * MMA_ELEM_BYTES } else { 0 };
         chunks * chunk_bytes + ds + row_stats + barrier
+    }
+}
+
+/// The matrix gradient kernels ([`super::matrix`]): one plane per 16 accumulated rows (its
+/// gradient rows held in 16x16 cmma accumulators for the whole run), the inner block and the
+/// pair's S, dP, P and dS in shared memory. Each plane computes its own 16-column (dK/dV) or
+/// 16-row (dQ) strip of the pair's scores, so only its own strip passes through its products.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatrixGradientConfig {
+    pub kernel: BackwardKernel,
+    /// Query rows per tile (a multiple of 16).
+    pub block_q: u32,
+    /// Key/value rows per tile (a multiple of 16).
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns); tiles pad it to 16 with zeros.
+    pub head_dim: u32,
+    /// Exact val_dim (v, o, d_out columns); tiles pad it to 16 with zeros.
+    pub val_dim: u32,
+    /// Units per plane (32 on NVIDIA, 64 on AMD wave64).
+    pub plane_size: u32,
+    /// Bytes per element of the inputs (the operand tiles are staged in their type).
+    pub elem_bytes: u32,
+    pub score: ScoreOptions,
+    /// Products by a scalar stand-in for cmma with the fragments' shapes (each lane owns fixed
+    /// elements of a 16x16 tile): the same kernels on devices without cmma, for the tests
+    /// ([`crate::plan::Tuning::matrix_stand_in`]). Never planned otherwise.
+    pub stand_in: bool,
+}
+
+impl MatrixGradientConfig {
+    /// Rows of the accumulated gradients: block_kv for dK/dV, block_q for dQ.
+    pub fn accumulated_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).0
+    }
+
+    /// Rows of the inner (streamed) block.
+    pub fn inner_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).1
+    }
+
+    /// Planes per cube: one per 16 accumulated rows.
+    pub fn planes(&self) -> u32 {
+        self.accumulated_rows() / MATRIX_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.planes() * self.plane_size
+    }
+
+    /// Row length of the Q, dQ and K tiles: head_dim padded to the tile.
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row length of the dO and V tiles: val_dim padded to the tile.
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Whether the P tile is kept (dV needs it; dQ only needs dS).
+    pub fn keeps_p(&self) -> bool {
+        self.kernel == BackwardKernel::KeyValue
+    }
+
+    /// Shared memory the kernel declares, in bytes: Q, dO, K, V and (dK/dV) P in the dtype, dS
+    /// too; S and dP in f32; lse and delta.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
+        let scores = bq * bkv;
+        // The dQ kernel declares one tile's worth of P, unused (a shared array cannot be empty).
+        let p = if self.keeps_p() { scores } else { (MATRIX_TILE * MATRIX_TILE) as usize };
+        let staged = (bq + bkv) * (dk + dv) + scores + p;
+        staged * self.elem_bytes as usize + (2 * scores + 2 * bq) * F32_BYTES
     }
 }

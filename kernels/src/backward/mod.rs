@@ -35,6 +35,7 @@ pub mod dq;
 pub mod dq_sink;
 mod elementwise;
 mod group_sum;
+pub mod matrix;
 pub mod mma;
 pub mod preprocess;
 
@@ -48,7 +49,8 @@ use crate::plan::{BackwardPlan, DqAccumulation, Layout};
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 pub use config::{
-    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig,
+    BackwardKernel, BackwardPath, GradientConfig, MatrixGradientConfig, MmaGradientConfig,
+    PortableGradientConfig,
 };
 pub use dkdv::flash_attention_backward_dkdv;
 pub use dq::flash_attention_backward_dq;
@@ -127,7 +129,7 @@ pub fn flash_attention_backward<R: Runtime>(
     if plan.dq_accumulation() == DqAccumulation::Atomic {
         let width = match plan.dkdv.config {
             GradientConfig::Mma(config) => config.dq_width,
-            GradientConfig::Portable(_) => 1,
+            GradientConfig::Portable(_) | GradientConfig::Matrix(_) => 1,
         };
         check_atomics(client, width)?;
     }
@@ -272,6 +274,10 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
             dv_out,
             config,
         ),
+        // The planner never gives the matrix path the one pass.
+        (GradientConfig::Matrix(config), _) => {
+            matrix::launch_dkdv::<R, F, M>(client, problem, inputs.clone(), dk_out, dv_out, config)
+        }
     }
     if grouped {
         group_sum::launch_sum_head_groups::<R, F>(client, dk_heads, dk);
@@ -289,6 +295,7 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
         GradientConfig::Portable(config) => {
             flash_attention_backward_dq::<R, F, M>(client, problem, inputs, dq, config)
         }
+        GradientConfig::Matrix(config) => matrix::launch_dq::<R, F, M>(client, problem, inputs, dq, config),
     }
 }
 

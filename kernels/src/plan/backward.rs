@@ -6,7 +6,8 @@
 use core::fmt;
 
 use crate::backward::config::{
-    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig, PortableGradientConfig,
+    BackwardKernel, BackwardPath, GradientConfig, MatrixGradientConfig, MmaGradientConfig,
+    PortableGradientConfig,
 };
 use crate::config::MATRIX_TILE;
 use crate::error::FlashError;
@@ -49,6 +50,15 @@ const MAX_ACCUMULATORS_PER_UNIT: u32 = 48;
 /// (docs/HIP.md, known gap 2). Smaller candidates remain for fitting wide heads.
 const SMALLEST_USEFUL_BLOCK: u32 = 8;
 
+/// Planes per cube tried on the matrix path, most first (4: one per SIMD of a CDNA3 CU, as
+/// [`PLANES_PER_CUBE_AT_LEAST`]); each plane accumulates 16 outer rows.
+const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
+/// Units per plane of the matrix kernels' scalar stand-in (any count works: it uses no plane
+/// operation).
+const STAND_IN_PLANE_SIZE: u32 = 64;
+/// Inner (streamed) block rows tried on the matrix path for each plane count, largest first.
+const MATRIX_INNER: [u32; 3] = [64, 32, 16];
+
 /// Why a gradient kernel takes its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GradientChoice {
@@ -61,6 +71,14 @@ pub enum GradientChoice {
     RowsNotChunked,
     /// The mma blocks do not fit the device, even the smallest.
     MmaDoesNotFit,
+    /// No register mma for the dtype, but 16x16x16 cmma (the matrix path; gfx942 with
+    /// rocWMMA, f16).
+    Cmma,
+    /// [`Tuning::backward_path`] asked for this path and the device can run it.
+    Forced,
+    /// [`Tuning::backward_path`] asked for the matrix path on a device without cmma for the
+    /// dtype, and [`Tuning::matrix_stand_in`] for its scalar stand-in (tests).
+    MatrixStandIn,
 }
 
 /// One gradient kernel's configuration, and why.
@@ -162,6 +180,11 @@ impl fmt::Display for GradientChoice {
                 "q, k, v, d_out rows are not contiguous 16-byte chunks, which the mma path loads"
             }
             GradientChoice::MmaDoesNotFit => "the mma blocks do not fit the device",
+            GradientChoice::Cmma => "no 16x8x16 register mma for the dtype, 16x16x16 cmma is registered",
+            GradientChoice::Forced => "asked for by the tuning",
+            GradientChoice::MatrixStandIn => {
+                "the matrix path asked for by the tuning, its scalar stand-in for cmma (no cmma here)"
+            }
         })
     }
 }
@@ -186,6 +209,9 @@ impl fmt::Display for GradientPlan {
                 if mma.async_inner { " filled by cp.async" } else { "" },
                 if mma.never_masked { ", no masked pass" } else { "" },
             )?;
+        }
+        if let GradientConfig::Matrix(matrix) = c {
+            write!(f, ", {} planes of {}", matrix.planes(), matrix.plane_size)?;
         }
         write!(f, ", {} of {} bytes of shared memory", c.shared_memory_bytes(), self.device_shared_memory)
     }
@@ -225,7 +251,7 @@ pub fn backward(
                     *config = one_pass;
                 }
             }
-            GradientConfig::Mma(_) => {}
+            GradientConfig::Mma(_) | GradientConfig::Matrix(_) => {}
         }
     }
     Ok(BackwardPlan { dtype: problem.dtype, dkdv, dq })
@@ -257,7 +283,9 @@ fn one_pass_config(
 }
 
 /// One gradient kernel: the mma path where the device, dims and layout allow it and its
-/// blocks (or smaller ones) fit, otherwise the portable path.
+/// blocks (or smaller ones) fit; else the matrix path where the device registers cmma for the
+/// dtype (f16 / bf16) and its blocks fit; else the portable path. [`Tuning::backward_path`]
+/// puts its path first where the device can run it.
 pub fn gradient(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
@@ -266,23 +294,84 @@ pub fn gradient(
     kernel: BackwardKernel,
 ) -> Result<GradientPlan, FlashError> {
     let plan = |config, choice| GradientPlan { config, choice, device_shared_memory: caps.shared_memory() };
-    let choice = if !(caps.has_register_mma(problem.dtype) && mma_fits_registers(problem)) {
+    let asked = tuning.backward_path;
+    let forced = |choice| if asked == Some(BackwardPath::Mma) { GradientChoice::Forced } else { choice };
+    if asked == Some(BackwardPath::Portable) {
+        return Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), GradientChoice::Forced));
+    }
+    let mut choice = if !(caps.has_register_mma(problem.dtype) && mma_fits_registers(problem)) {
         GradientChoice::NoRegisterMma
     } else if !layout.rows_chunked {
         GradientChoice::RowsNotChunked
     } else {
+        GradientChoice::MmaDoesNotFit
+    };
+    if choice == GradientChoice::MmaDoesNotFit && asked != Some(BackwardPath::Matrix) {
         let default = || mma_blocks::backward_default(problem.widest_dim());
         let mut blocks = Some(tuning.backward_mma.unwrap_or_else(default));
         while let Some(candidate) = blocks {
             let config = GradientConfig::Mma(mma_config(caps, problem, kernel, candidate));
             if fits(caps, &config) {
-                return Ok(plan(config, GradientChoice::RegisterMma));
+                return Ok(plan(config, forced(GradientChoice::RegisterMma)));
             }
             blocks = candidate.smaller();
         }
-        GradientChoice::MmaDoesNotFit
-    };
+    }
+    // The matrix path: where cmma is registered for the dtype (never f32: cmma would round it
+    // to tf32) with a plane size the tiles divide; with the stand-in, wherever it is asked for.
+    let stand_in = asked == Some(BackwardPath::Matrix) && tuning.matrix_stand_in;
+    let cmma = problem.dtype != FloatKind::F32
+        && caps.has_matrix_units(problem.dtype)
+        && caps.plane_size().is_multiple_of(MATRIX_TILE);
+    // Without a preference it replaces the portable path only where the device has no
+    // register mma for the dtype (not yet measured against it where the mma path cannot take
+    // the layout or does not fit).
+    let matrix_asked = asked == Some(BackwardPath::Matrix);
+    if ((cmma && (matrix_asked || choice == GradientChoice::NoRegisterMma)) || stand_in)
+        && let Some(config) = matrix_config(caps, problem, kernel, !cmma)
+    {
+        choice = match (matrix_asked, cmma) {
+            (_, false) => GradientChoice::MatrixStandIn,
+            (true, true) => GradientChoice::Forced,
+            (false, true) => GradientChoice::Cmma,
+        };
+        return Ok(plan(GradientConfig::Matrix(config), choice));
+    }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))
+}
+
+/// The matrix path's config: the most planes (16 outer rows each) and then the largest inner
+/// block whose tiles fit the device; `None` where none does (e.g. head dim 256 in 64 KiB).
+fn matrix_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+    stand_in: bool,
+) -> Option<MatrixGradientConfig> {
+    let candidates = MATRIX_PLANES
+        .into_iter()
+        .flat_map(|planes| MATRIX_INNER.into_iter().map(move |inner| (planes * MATRIX_TILE, inner)));
+    candidates
+        .map(|(outer, inner)| {
+            let (block_q, block_kv) = match kernel {
+                BackwardKernel::KeyValue => (inner, outer),
+                BackwardKernel::Query => (outer, inner),
+            };
+            MatrixGradientConfig {
+                kernel,
+                block_q,
+                block_kv,
+                head_dim: problem.head_dim as u32,
+                val_dim: problem.val_dim as u32,
+                // The stand-in needs no hardware plane: 64 units per plane keep its per-lane
+                // accumulators few (4 f32 per tile).
+                plane_size: if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() },
+                elem_bytes: problem.dtype.size() as u32,
+                score: problem.score_options(),
+                stand_in,
+            }
+        })
+        .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
 }
 
 /// The mma path's config for `blocks`: `planes` planes of 16 outer (accumulated) rows, an inner

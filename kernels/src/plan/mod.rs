@@ -97,6 +97,14 @@ pub struct Tuning {
     /// The one-pass mma backward's f32 per dQ atomic request (1, 2 or 4) instead of the widest
     /// the device registers; narrowed to what the device registers.
     pub backward_dq_width: Option<u32>,
+    /// The gradient kernels' path, a preference: taken where the device can run it (the matrix
+    /// path needs cmma for the dtype, f16 / bf16), the planner's choice elsewhere; each
+    /// [`GradientPlan::choice`] says which. The matrix path never takes the one pass.
+    pub backward_path: Option<crate::backward::BackwardPath>,
+    /// Tests: where the matrix backward is asked for on a device without cmma for the dtype,
+    /// run its kernels with the scalar stand-in for the fragments
+    /// ([`crate::primitives::tile_mma::StandIn`]) instead of another path.
+    pub matrix_stand_in: bool,
 }
 
 impl Tuning {
@@ -130,6 +138,16 @@ impl Tuning {
 
     pub fn with_backward_dq_width(mut self, width: Option<u32>) -> Self {
         self.backward_dq_width = width;
+        self
+    }
+
+    pub fn with_backward_path(mut self, path: Option<crate::backward::BackwardPath>) -> Self {
+        self.backward_path = path;
+        self
+    }
+
+    pub fn with_matrix_stand_in(mut self, stand_in: bool) -> Self {
+        self.matrix_stand_in = stand_in;
         self
     }
 

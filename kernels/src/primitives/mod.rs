@@ -15,6 +15,7 @@
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
 //! - [`tile_io`]: strided global tiles to shared memory.
+//! - [`tile_mma`]: one plane's 16x16x16 tile products, by cmma or a scalar stand-in.
 pub mod arena;
 pub mod block_range;
 pub mod block_stream;
@@ -28,3 +29,4 @@ pub mod precise_math;
 pub mod row_reduce;
 pub mod score;
 pub mod tile_io;
+pub mod tile_mma;

@@ -13,6 +13,9 @@ use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, 
 use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
 use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
 use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
+use burn_flash_attn_kernels::backward::matrix::matrix_dkdv_kernel::MatrixDkdvKernel;
+use burn_flash_attn_kernels::backward::matrix::matrix_dq_kernel::MatrixDqKernel;
+use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
 use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
 use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
@@ -46,7 +49,10 @@ pub struct Variant {
 impl Variant {
     /// Whether the variant runs on matrix cores (cmma fragments).
     pub fn claims_matrix(&self) -> bool {
-        matches!(self.kernel, KernelConfig::Forward(ForwardConfig::Matrix(_)))
+        matches!(
+            self.kernel,
+            KernelConfig::Forward(ForwardConfig::Matrix(_)) | KernelConfig::Backward(GradientConfig::Matrix(_))
+        )
     }
 
     /// The cube the launcher launches it with.
@@ -55,6 +61,7 @@ impl Variant {
             KernelConfig::Forward(ForwardConfig::Matrix(c)) => CubeDim::new_2d(c.plane_size, c.num_planes()),
             KernelConfig::Forward(c) => CubeDim::new_1d(c.units()),
             KernelConfig::Preprocess => CubeDim::new_1d(ROWS_PER_CUBE),
+            KernelConfig::Backward(GradientConfig::Matrix(c)) => CubeDim::new_2d(c.plane_size, c.planes()),
             KernelConfig::Backward(c) => CubeDim::new_1d(c.units()),
         }
     }
@@ -86,6 +93,7 @@ impl Variant {
                     GradientConfig::Portable(p) if p.atomic_dq => "-atomicdq",
                     GradientConfig::Portable(_) => "",
                     GradientConfig::Mma(_) => "-mma",
+                    GradientConfig::Matrix(_) => "-matrix",
                 },
                 options_tag(c.score()),
                 c.dims().0,
@@ -248,6 +256,45 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
         }
         KernelConfig::Backward(GradientConfig::Mma(_)) => {
             Err("the mma backward path has no HIP generator here".to_string())
+        }
+        KernelConfig::Backward(GradientConfig::Matrix(config)) if config.kernel == BackwardKernel::KeyValue => {
+            let kernel = MatrixDkdvKernel::<F, K, Cmma, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
+        }
+        KernelConfig::Backward(GradientConfig::Matrix(config)) => {
+            let kernel = MatrixDqKernel::<F, K, Cmma, R<M>>::new(
+                settings(),
+                client,
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                tensor(),
+                score_params(),
+                config,
+            );
+            R::<M>::hip_source(kernel, GFX942)
         }
         KernelConfig::Backward(GradientConfig::Portable(config)) if config.kernel == BackwardKernel::KeyValue => {
             // Which accumulator the kernel binds is a type (`DqSink`): one variant each.

@@ -26,8 +26,16 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// The tuning of this test run: the mma blocks of `BURN_FLASH_MMA` / `BURN_FLASH_MMA_BWD`, the
 /// backward's dQ accumulation of `BURN_FLASH_DQ` (`kernel` or `atomic`: the suites run on the
 /// one-pass backward wherever it can run with `atomic`) and its atomic width of
-/// `BURN_FLASH_DQ_WIDTH` (1, 2 or 4).
+/// `BURN_FLASH_DQ_WIDTH` (1, 2 or 4); the gradient kernels' path of `BURN_FLASH_BWD_PATH`
+/// (`portable`, `mma` or `matrix`: a preference, see `Tuning::backward_path`) and, with
+/// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
+/// cmma (the matrix backward on lavapipe).
 pub fn tuning() -> Tuning {
+    let path = std::env::var("BURN_FLASH_BWD_PATH").ok().map(|value| match value.parse() {
+        Ok(path) => path,
+        Err(error) => panic!("BURN_FLASH_BWD_PATH: {error}"),
+    });
+    let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
     let dq = std::env::var("BURN_FLASH_DQ").ok().map(|value| match value.parse() {
         Ok(accumulation) => accumulation,
         Err(error) => panic!("BURN_FLASH_DQ: {error}"),
@@ -41,6 +49,8 @@ pub fn tuning() -> Tuning {
         .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
         .with_backward_dq(dq)
         .with_backward_dq_width(width)
+        .with_backward_path(path)
+        .with_matrix_stand_in(stand_in)
 }
 
 /// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.

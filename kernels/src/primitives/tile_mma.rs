@@ -1,0 +1,273 @@
+//! One plane's 16x16x16 tile products, `acc += A B` with f32 accumulation, by `cmma` or by a
+//! scalar stand-in with the same interface.
+//!
+//! ```text
+//!  A: 16 x 16 tile of a shared slice, row- or column-major, leading dimension `a_stride`
+//!  B: 16 x 16 tile of a shared slice, row- or column-major, leading dimension `b_stride`
+//!  acc (16 x 16 f32) += A B            store: acc -> row-major f32 slice
+//! ```
+//! [`Cmma`] is the matrix units' fragment (`wmma` on CUDA, rocWMMA / MFMA on HIP); [`StandIn`]
+//! gives each lane of the plane the fixed elements `lane + i * plane_size` of the tile, in f32
+//! registers, and sums their products in f32 from the same shared tiles: the matrix kernels run
+//! unchanged on devices without cmma (the tests' lavapipe), everything but the fragment itself
+//! exercised. Every lane of the plane calls every function (the products are plane-wide).
+use cubecl::prelude::*;
+
+use crate::config::MATRIX_TILE;
+
+/// Elements of one 16x16 tile.
+const TILE_ELEMENTS: u32 = MATRIX_TILE * MATRIX_TILE;
+
+/// Where a tile operand sits in its shared slice.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum TileLayout {
+    /// Element (r, c) at `r * stride + c`.
+    RowMajor,
+    /// Element (r, c) at `c * stride + r`.
+    ColMajor,
+}
+
+impl TileLayout {
+    fn cmma(self) -> cmma::MatrixLayout {
+        match self {
+            TileLayout::RowMajor => cmma::MatrixLayout::RowMajor,
+            TileLayout::ColMajor => cmma::MatrixLayout::ColMajor,
+        }
+    }
+}
+
+/// A plane's 16x16x16 product with an f32 accumulator it keeps (see the module doc).
+#[cube]
+pub trait TileMma: Send + Sync + 'static {
+    /// One 16x16 f32 accumulator tile of the plane.
+    type Acc: CubeType;
+
+    /// A zero accumulator.
+    fn zero(#[comptime] plane_size: u32) -> Self::Acc;
+
+    /// `acc += A B`: A's tile starts at `a[0]`, B's at `b[0]`.
+    #[allow(clippy::too_many_arguments)]
+    fn execute<F: Float>(
+        acc: &mut Self::Acc,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] plane_size: u32,
+    );
+
+    /// Stores `acc` row-major into `out` from `out[0]`, `out_stride` per row.
+    fn store(
+        acc: &Self::Acc,
+        out: &mut Slice<f32, ReadWrite>,
+        #[comptime] out_stride: u32,
+        #[comptime] plane_size: u32,
+    );
+
+    /// Writes `acc * factor` to the tile of `out` whose element (r, c) is at `base + (row0 + r)
+    /// row_stride + (col0 + c) col_stride`, rows below `rows_end` and columns below `cols_end`
+    /// only. `staging` is this plane's 16x16 f32 tile of shared memory for the fragments that
+    /// need it. Every plane of the cube calls it (it may synchronize the cube).
+    #[allow(clippy::too_many_arguments)]
+    fn write<F: Float>(
+        acc: &Self::Acc,
+        out: &mut Tensor<F>,
+        base: usize,
+        row0: u32,
+        col0: u32,
+        rows_end: u32,
+        cols_end: u32,
+        factor: f32,
+        staging: &mut Slice<f32, ReadWrite>,
+        #[comptime] plane_size: u32,
+    );
+}
+
+/// Writes element `e` (row-major) of a 16x16 tile, `value * factor`, where it is in bounds
+/// (see [`TileMma::write`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_element<F: Float>(
+    out: &mut Tensor<F>,
+    base: usize,
+    row0: u32,
+    col0: u32,
+    rows_end: u32,
+    cols_end: u32,
+    e: u32,
+    value: f32,
+) {
+    let (row, col) = (row0 + e / MATRIX_TILE, col0 + e % MATRIX_TILE);
+    if e < TILE_ELEMENTS && row < rows_end && col < cols_end {
+        let at = base + row as usize * out.stride(2) + col as usize * out.stride(3);
+        out[at] = F::cast_from(value);
+    }
+}
+
+/// The device's cmma fragments (16x16x16, inputs in the dtype, f32 accumulator).
+pub struct Cmma;
+
+#[cube]
+impl TileMma for Cmma {
+    type Acc = cmma::Matrix<f32>;
+
+    fn zero(#[comptime] _plane_size: u32) -> cmma::Matrix<f32> {
+        let tile = comptime!(MATRIX_TILE as usize);
+        cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            tile,
+            tile,
+            tile,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        )
+    }
+
+    fn execute<F: Float>(
+        acc: &mut cmma::Matrix<f32>,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] _plane_size: u32,
+    ) {
+        let tile = comptime!(MATRIX_TILE as usize);
+        let a_frag = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            tile,
+            tile,
+            tile,
+            comptime!(a_layout.cmma()),
+            a,
+            a_stride,
+        );
+        let b_frag = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::B,
+            tile,
+            tile,
+            tile,
+            comptime!(b_layout.cmma()),
+            b,
+            b_stride,
+        );
+        cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
+    }
+
+    fn store(
+        acc: &cmma::Matrix<f32>,
+        out: &mut Slice<f32, ReadWrite>,
+        #[comptime] out_stride: u32,
+        #[comptime] _plane_size: u32,
+    ) {
+        cmma::store(out, acc, out_stride, cmma::MatrixLayout::RowMajor);
+    }
+
+    fn write<F: Float>(
+        acc: &cmma::Matrix<f32>,
+        out: &mut Tensor<F>,
+        base: usize,
+        row0: u32,
+        col0: u32,
+        rows_end: u32,
+        cols_end: u32,
+        factor: f32,
+        staging: &mut Slice<f32, ReadWrite>,
+        #[comptime] plane_size: u32,
+    ) {
+        // A fragment's elements are not addressable: through the staging tile.
+        cmma::store(staging, acc, MATRIX_TILE, cmma::MatrixLayout::RowMajor);
+        sync_cube();
+        for t in 0..comptime!(TILE_ELEMENTS.div_ceil(plane_size)) {
+            let e = UNIT_POS_X + t * plane_size;
+            let value = staging[min(e, comptime!(TILE_ELEMENTS - 1)) as usize] * factor;
+            write_element::<F>(out, base, row0, col0, rows_end, cols_end, e, value);
+        }
+        // The plane's next tile overwrites the staging area.
+        sync_cube();
+    }
+}
+
+/// The scalar stand-in: lane `l` owns elements `l + i * plane_size` of the tile (row-major),
+/// each summed over the 16 products in f32.
+pub struct StandIn;
+
+#[cube]
+impl TileMma for StandIn {
+    type Acc = Array<f32>;
+
+    fn zero(#[comptime] plane_size: u32) -> Array<f32> {
+        let count = comptime!(TILE_ELEMENTS.div_ceil(plane_size));
+        let mut acc = Array::<f32>::new(count as usize);
+        for i in 0..count {
+            acc[i as usize] = 0.0f32;
+        }
+        acc
+    }
+
+    fn execute<F: Float>(
+        acc: &mut Array<f32>,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] plane_size: u32,
+    ) {
+        let count = comptime!(TILE_ELEMENTS.div_ceil(plane_size));
+        let a_rows = comptime!(a_layout == TileLayout::RowMajor);
+        let b_rows = comptime!(b_layout == TileLayout::RowMajor);
+        // Not unrolled: lavapipe's LLVM takes minutes over unrolled copies of these loops.
+        for i in 0..count {
+            // Past the tile (plane sizes above 256 only) a lane recomputes its last element.
+            let e = min(UNIT_POS_X + i * plane_size, comptime!(TILE_ELEMENTS - 1));
+            let (r, c) = (e / MATRIX_TILE, e % MATRIX_TILE);
+            let mut sum = 0.0f32;
+            for k in 0..MATRIX_TILE {
+                let a_at = if comptime!(a_rows) { r * a_stride + k } else { k * a_stride + r };
+                let b_at = if comptime!(b_rows) { k * b_stride + c } else { c * b_stride + k };
+                sum += f32::cast_from(a[a_at as usize]) * f32::cast_from(b[b_at as usize]);
+            }
+            acc[i as usize] += sum;
+        }
+    }
+
+    fn store(
+        acc: &Array<f32>,
+        out: &mut Slice<f32, ReadWrite>,
+        #[comptime] out_stride: u32,
+        #[comptime] plane_size: u32,
+    ) {
+        let count = comptime!(TILE_ELEMENTS.div_ceil(plane_size));
+        for i in 0..count {
+            let e = UNIT_POS_X + i * plane_size;
+            if e < TILE_ELEMENTS {
+                let (r, c) = (e / MATRIX_TILE, e % MATRIX_TILE);
+                out[(r * out_stride + c) as usize] = acc[i as usize];
+            }
+        }
+    }
+
+    fn write<F: Float>(
+        acc: &Array<f32>,
+        out: &mut Tensor<F>,
+        base: usize,
+        row0: u32,
+        col0: u32,
+        rows_end: u32,
+        cols_end: u32,
+        factor: f32,
+        _staging: &mut Slice<f32, ReadWrite>,
+        #[comptime] plane_size: u32,
+    ) {
+        // Each lane writes the elements it owns: no staging, no synchronization.
+        for i in 0..comptime!(TILE_ELEMENTS.div_ceil(plane_size)) {
+            let e = UNIT_POS_X + i * plane_size;
+            write_element::<F>(out, base, row0, col0, rows_end, cols_end, e, acc[i as usize] * factor);
+        }
+    }
+}
