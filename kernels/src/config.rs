@@ -30,6 +30,22 @@ pub enum ForwardPath {
     Mma,
 }
 
+impl core::str::FromStr for ForwardPath {
+    type Err = crate::error::FlashError;
+
+    /// `portable`, `matrix` or `mma`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [ForwardPath::Portable, ForwardPath::Matrix, ForwardPath::Mma]
+            .into_iter()
+            .find(|path| path.name() == text)
+            .ok_or_else(|| {
+                crate::error::FlashError::InvalidTuning(format!(
+                    "forward path {text:?}: `portable`, `matrix` or `mma`"
+                ))
+            })
+    }
+}
+
 impl ForwardPath {
     pub fn name(self) -> &'static str {
         match self {

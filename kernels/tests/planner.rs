@@ -195,6 +195,7 @@ fn h200_one_pass_backward_is_planned_on_both_paths() {
                 GradientConfig::Portable(_) => {
                     assert_eq!(one_pass.dkdv.config.blocks(), two_kernel.dkdv.config.blocks())
                 }
+                GradientConfig::Matrix(_) => panic!("the one pass is never planned on the matrix path"),
             }
             assert!(one_pass.dkdv.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
         }
@@ -249,5 +250,57 @@ fn planning_cost_of_a_small_training_call() {
             std::hint::black_box(plan::plan(&case, &caps, Layout::CHUNKED, &Tuning::default(), passes).expect("planned"));
         }
         println!("{passes:?}: {:.2} µs per plan", start.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS));
+    }
+}
+
+/// The matrix backward: where cmma is the device's only matrix route (an MI300X with rocWMMA:
+/// f16) both gradient kernels take it by default, one 64-lane plane per 16 accumulated rows in
+/// 64 KiB; bf16 and f32 stay portable there. On an H200 (register mma) it runs only when asked
+/// for, f16 / bf16 on cmma and f32 (no cmma) on the portable path; on the test device (no cmma)
+/// it runs as the scalar stand-in where asked for with `matrix_stand_in`.
+#[test]
+fn matrix_backward_is_planned_where_cmma_is_the_matrix_route() {
+    use burn_flash_attn_kernels::backward::{BackwardKernel, BackwardPath, GradientConfig};
+    use burn_flash_attn_kernels::plan::{self, GradientChoice, Layout};
+    let client = support::client();
+    let gradient = |props: &DeviceProperties, dtype, head_dim, kernel, tuning: &Tuning| {
+        let caps = DeviceCaps::new(props, planning::SIMULATED);
+        let planned = plan::backward::gradient(&caps, &problem(dtype, head_dim), Layout::CHUNKED, tuning, kernel)
+            .expect("planned");
+        println!("{dtype:?} hd{head_dim} {kernel:?}: {planned}");
+        assert!(planned.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
+        assert!(planned.config.units() <= props.hardware.max_units_per_cube);
+        planned
+    };
+    let asked = Tuning::default().with_backward_path(Some(BackwardPath::Matrix));
+    let mi300x = mi300x(client.properties());
+    let h200 = h200(client.properties());
+    for head_dim in [32, 64, 128] {
+        for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+            let f16 = gradient(&mi300x, FloatKind::F16, head_dim, kernel, &Tuning::default());
+            let GradientConfig::Matrix(config) = f16.config else { panic!("f16 on MI300X: {f16}") };
+            assert_eq!((f16.choice, config.plane_size, config.stand_in), (GradientChoice::Cmma, 64, false));
+            assert_eq!(config.planes(), 4, "one plane per SIMD of a CU");
+            for dtype in [FloatKind::BF16, FloatKind::F32] {
+                let other = gradient(&mi300x, dtype, head_dim, kernel, &Tuning::default());
+                assert_eq!(other.config.path(), BackwardPath::Portable, "{dtype:?} on MI300X: {other}");
+            }
+            for dtype in [FloatKind::BF16, FloatKind::F16] {
+                let default = gradient(&h200, dtype, head_dim, kernel, &Tuning::default());
+                assert_eq!(default.config.path(), BackwardPath::Mma);
+                let forced = gradient(&h200, dtype, head_dim, kernel, &asked);
+                assert_eq!((forced.config.path(), forced.choice), (BackwardPath::Matrix, GradientChoice::Forced));
+            }
+            let f32_asked = gradient(&h200, FloatKind::F32, head_dim, kernel, &asked);
+            assert_eq!(f32_asked.config.path(), BackwardPath::Portable, "no f32 cmma: {f32_asked}");
+            let lavapipe = client.properties();
+            if !DeviceCaps::new(lavapipe, planning::SIMULATED).has_matrix_units(FloatKind::F16) {
+                let without = gradient(lavapipe, FloatKind::F16, head_dim, kernel, &asked);
+                assert_eq!(without.config.path(), BackwardPath::Portable);
+                let stand_in = gradient(lavapipe, FloatKind::F16, head_dim, kernel, &asked.with_matrix_stand_in(true));
+                let GradientConfig::Matrix(config) = stand_in.config else { panic!("stand-in: {stand_in}") };
+                assert_eq!((stand_in.choice, config.stand_in), (GradientChoice::MatrixStandIn, true));
+            }
+        }
     }
 }

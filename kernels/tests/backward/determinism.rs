@@ -28,9 +28,16 @@ fn f32_causal_mask_bias_reruns_are_bit_identical() {
     );
 }
 
-/// Runs the whole backward RERUNS times on the same inputs: dq, dk and dv must be the same
-/// bytes every time (skips where the device cannot hold the case's types).
+/// Runs the whole backward RERUNS times on the same inputs, dQ by its own kernel whatever
+/// BURN_FLASH_DQ says (its reruns are what is checked): see [`assert_reruns_identical`].
 fn assert_reruns_bit_identical(case: &Case) {
+    let tuning = crate::support::planning::tuning().with_backward_dq(Some(DqAccumulation::Kernel));
+    assert_reruns_identical(case, &tuning, RERUNS);
+}
+
+/// Runs the whole backward planned with `tuning` `reruns` times on the same inputs: dq, dk and
+/// dv must be the same bytes every time (skips where the device cannot hold the case's types).
+pub fn assert_reruns_identical(case: &Case, tuning: &burn_flash_attn_kernels::plan::Tuning, reruns: usize) {
     let client = client();
     if !supported(&client, case) {
         return;
@@ -38,11 +45,9 @@ fn assert_reruns_bit_identical(case: &Case) {
     let data = HostData::draw(case, case.seed());
     let (o, lse) = forward_outputs(case, &data);
     let mut first: Option<[Vec<u8>; 3]> = None;
-    for run in 0..RERUNS {
+    for run in 0..reruns {
         let device = DeviceCase::upload(&client, case, &data, &o, &lse);
-        // The deterministic dQ whatever BURN_FLASH_DQ says: its reruns are what is checked.
-        let tuning = crate::support::planning::tuning().with_backward_dq(Some(DqAccumulation::Kernel));
-        crate::support::planning::launch_backward_with(&client, &case.problem(), device.tensors(), &tuning).unwrap();
+        crate::support::planning::launch_backward_with(&client, &case.problem(), device.tensors(), tuning).unwrap();
         let bytes = [&device.dq, &device.dk, &device.dv].map(|t| read_bytes(&client, t));
         match &first {
             None => first = Some(bytes),

@@ -11,6 +11,7 @@
 //! - [`features`]: grouped-query attention, sliding windows, ALiBi, forward and backward;
 //! - [`one_pass`]: the one-pass backward (dQ by f32 atomic adds in the dK/dV kernel) and the
 //!   two-kernel one on the same cases (`BURN_FLASH_DQ=atomic` runs every case on the one pass);
+//! - [`matrix`]: the matrix backward (cmma, or its scalar stand-in without cmma), asked for;
 //! - [`determinism`]: reruns bit-identical (dQ by its kernel), and typed errors.
 //!
 //! `cargo test -p burn-flash-attn-kernels --test backward`
@@ -21,6 +22,7 @@ mod determinism;
 mod features;
 mod half;
 mod kernels;
+mod matrix;
 mod one_pass;
 mod shapes;
 mod sweeps;
