@@ -21,6 +21,8 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     backward_mma: None,
     backward_dq: None,
     backward_dq_width: None,
+    backward_path: None,
+    matrix_stand_in: false,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

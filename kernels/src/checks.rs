@@ -5,7 +5,7 @@ use cubecl::prelude::*;
 
 use crate::error::FlashError;
 use crate::plan::Layout;
-use crate::plan::device::{atomic_f32_add_of, cube_fits};
+use crate::plan::device::{DeviceCaps, atomic_f32_add_of, cube_fits};
 use crate::primitives::score::ScoreOptions;
 use crate::problem::{AttentionProblem, FloatKind};
 
@@ -99,6 +99,29 @@ pub(crate) fn check_plan_fits<R: Runtime>(
             "the plan's mma kernels need q, k, v (and d_out) rows in contiguous 16-byte chunks"
                 .into(),
         ));
+    }
+    Ok(())
+}
+
+/// Checks that the client's device can run a matrix gradient plan (`stand_in` plans run
+/// anywhere): cmma registered for `dtype`, and planes a whole number of the device's planes (a
+/// cmma tile is a plane-wide operation). A plan made for another device gets a typed error here.
+pub(crate) fn check_cmma<R: Runtime>(
+    client: &ComputeClient<R>,
+    dtype: FloatKind,
+    plane_size: u32,
+) -> Result<(), FlashError> {
+    let caps = DeviceCaps::of(client);
+    if !caps.has_matrix_units(dtype) {
+        return Err(FlashError::Device(format!(
+            "the plan's matrix kernels need 16x16x16 {dtype:?} cmma, which the device does not register"
+        )));
+    }
+    if !plane_size.is_multiple_of(caps.plane_size()) {
+        return Err(FlashError::Device(format!(
+            "the plan's matrix kernels have planes of {plane_size} units, not a whole number of the device's {}",
+            caps.plane_size()
+        )));
     }
     Ok(())
 }

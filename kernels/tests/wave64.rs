@@ -8,8 +8,9 @@
 //! two 32-wide warps compute each plane's 16 rows redundantly, which stays correct and runs the
 //! wave64 index arithmetic (4 units per row, plane `UNIT_POS_Y`, 256-unit cubes). On lavapipe
 //! (no cmma) the portable forward and the backward run with the MI300X's block sizes where its
-//! 32 KiB of shared memory allows. The register-level mma paths need 32-wide planes: a wave64
-//! plan never picks them.
+//! 32 KiB of shared memory allows; on CUDA the f16 / bf16 backward takes the matrix kernels
+//! with 64-unit planes, as an MI300X with rocWMMA would for f16. The register-level mma paths
+//! need 32-wide planes: a wave64 plan never picks them.
 //!
 //! `cargo test -p burn-flash-attn-kernels --test wave64` (CUDA: `--no-default-features
 //! --features cuda`).
@@ -18,16 +19,13 @@ mod support;
 use support::forward::run_forward_cases;
 use support::planning;
 use support::*;
-use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, PortableGradientConfig};
-use burn_flash_attn_kernels::backward::{
-    GradientInputs, flash_attention_backward_dkdv, flash_attention_backward_dq,
-    flash_attention_backward_preprocess,
-};
+use burn_flash_attn_kernels::backward::config::GradientConfig;
+use burn_flash_attn_kernels::backward::flash_attention_backward;
 use burn_flash_attn_kernels::config::MATRIX_TILE;
 use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
-use burn_flash_attn_kernels::plan::ForwardPlan;
+use burn_flash_attn_kernels::plan::{self, DeviceCaps, ForwardPlan};
 use burn_flash_attn_kernels::problem::FloatKind::{BF16, F16, F32};
-use burn_flash_attn_kernels::problem::{AttentionProblem, MaskKind};
+use burn_flash_attn_kernels::problem::AttentionProblem;
 use burn_flash_attn_kernels::reference::{self, Precision};
 use burn_flash_attn_kernels::{FlashError, ForwardConfig};
 use cubecl::ir::DeviceProperties;
@@ -68,7 +66,9 @@ fn launch_wave64(
     Ok(plan)
 }
 
-/// Runs the backward of `case` (preprocess, dK/dV, dQ) with the wave64 plans.
+/// Runs the backward of `case` (preprocess, dK/dV, dQ) with the wave64 plans: portable where
+/// the device has no cmma (lavapipe), the matrix kernels with 64-unit planes for f16 / bf16
+/// where it has (CUDA: two warps compute each plane's tiles redundantly, as in the forward).
 fn backward(case: &Case) -> Result<(), String> {
     let client = client();
     if !supported(&client, case) {
@@ -76,32 +76,23 @@ fn backward(case: &Case) -> Result<(), String> {
     }
     let p = case.problem();
     let props = wave64(client.properties());
-    let plan =
-        |kernel| planning::gradient_plan(&props, &p, kernel).map_err(|e| format!("{}: {e}", case.label()));
-    let (dkdv_plan, dq_plan) = (
-        plan(BackwardKernel::KeyValue)?,
-        plan(BackwardKernel::Query)?,
-    );
     let seed = case.seed();
-    println!(
-        "case {} seed {seed}: {}; {}",
-        case.name(),
-        dkdv_plan,
-        dq_plan
-    );
     let data = HostData::draw(case, seed);
     let (o, lse) = forward_outputs(case, &data);
     let device = DeviceCase::upload(&client, case, &data, &o, &lse);
-    let delta_shape = [p.batch, p.num_heads, p.seq_q];
-    let delta = filled(&client, &delta_shape, Elem::Float(F32), POISON);
-    let inputs = device.gradient_inputs(&delta);
-    launch_backward(
-        &client,
-        case,
-        &device,
-        inputs,
-        (portable(dkdv_plan.config), portable(dq_plan.config)),
-    )?;
+    let layout = device.tensors().layout(p.dtype);
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let plan = plan::backward::backward(&caps, &p, layout, &planning::tuning())
+        .map_err(|e| format!("{}: {e}", case.label()))?;
+    println!("case {} seed {seed}: {plan}", case.name());
+    for gradient in [&plan.dkdv, &plan.dq] {
+        match gradient.config {
+            GradientConfig::Mma(_) => panic!("a wave64 plan took the mma path"),
+            GradientConfig::Matrix(config) => assert_eq!(config.plane_size, WAVE64, "a wave64 matrix plan"),
+            GradientConfig::Portable(_) => {}
+        }
+    }
+    flash_attention_backward(&client, &p, &plan, device.tensors()).map_err(|e| format!("{}: {e}", case.label()))?;
     let oracle = reference::backward(&p, &data.inputs(), &data.d_out, Precision::F64);
     let plain = reference::backward(&p, &data.inputs(), &data.d_out, precision(case.dtype));
     for (what, tensor, plain, oracle) in [
@@ -117,80 +108,6 @@ fn backward(case: &Case) -> Result<(), String> {
             oracle,
             case.dtype,
         )?;
-    }
-    Ok(())
-}
-
-type Configs = (PortableGradientConfig, PortableGradientConfig);
-
-/// The portable config of a wave64 gradient plan (an MI300X has no register mma).
-fn portable(config: GradientConfig) -> PortableGradientConfig {
-    match config {
-        GradientConfig::Portable(config) => config,
-        GradientConfig::Mma(_) => panic!("a wave64 plan took the mma path"),
-    }
-}
-
-fn launch_backward(
-    client: &ComputeClient<TestRuntime>,
-    case: &Case,
-    device: &DeviceCase,
-    inputs: GradientInputs<TestRuntime>,
-    (dkdv, dq): Configs,
-) -> Result<(), String> {
-    let p = case.problem();
-    macro_rules! typed {
-        ($float:ty) => {{
-            flash_attention_backward_preprocess::<TestRuntime, $float>(
-                client,
-                &p,
-                device.o.binding(),
-                device.d_out.binding(),
-                inputs.delta.clone(),
-            )
-            .map_err(|e| format!("{}: {e}", case.label()))?;
-            match p.mask {
-                Some(MaskKind::U8) => {
-                    flash_attention_backward_dkdv::<TestRuntime, $float, u8>(
-                        client,
-                        &p,
-                        inputs.clone(),
-                        device.dk.binding(),
-                        device.dv.binding(),
-                        dkdv,
-                    );
-                    flash_attention_backward_dq::<TestRuntime, $float, u8>(
-                        client,
-                        &p,
-                        inputs,
-                        device.dq.binding(),
-                        dq,
-                    );
-                }
-                _ => {
-                    flash_attention_backward_dkdv::<TestRuntime, $float, u32>(
-                        client,
-                        &p,
-                        inputs.clone(),
-                        device.dk.binding(),
-                        device.dv.binding(),
-                        dkdv,
-                    );
-                    flash_attention_backward_dq::<TestRuntime, $float, u32>(
-                        client,
-                        &p,
-                        inputs,
-                        device.dq.binding(),
-                        dq,
-                    );
-                }
-            }
-        }};
-    }
-    match case.dtype {
-        F16 => typed!(half::f16),
-        BF16 => typed!(half::bf16),
-        F32 => typed!(f32),
     }
     Ok(())
 }

@@ -5,14 +5,16 @@
 #
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
-#         | features | features-burn | tune | profile | kprofile | dqab | sanitize
+#         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
+# matrix: the matrix (cmma) forward and backward forced, beside the default path (issue 16).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
-# PTESTS picks them: forward, forward-rows32, backward, backward-atomic, wave64, conformance,
-# nn, or any other test binary by name.
+# PTESTS picks them: forward, forward-rows32, backward, backward-atomic, backward-matrix
+# (BWD_FILTER), matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
+# binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -58,6 +60,12 @@ for s in "$@"; do
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
           # The whole backward suite on the one-pass path (dQ by atomic adds).
           backward-atomic) cmd=(env BURN_FLASH_DQ=atomic "$BIN/backward" --test-threads=${THREADS:-4}) ;;
+          # The backward suite (BWD_FILTER picks tests) on the matrix backward wherever the
+          # device has cmma for the dtype (f16 / bf16 on CUDA; f32 keeps its path).
+          backward-matrix) cmd=(env BURN_FLASH_BWD_PATH=matrix "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          # The matrix tests of the backward and forward suites (the matrix paths asked for).
+          matrix-backward) cmd=("$BIN/backward" matrix --test-threads=${THREADS:-4}) ;;
+          matrix-forward) cmd=("$BIN/forward" matrix --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
@@ -141,6 +149,20 @@ for s in "$@"; do
         grep -E '^torch-sdpa-(flash|cudnn),' "$OUT/torch.csv" | sed 's/,True,/,true,/; s/,False,/,false,/'
       } > "$OUT/h200.csv"
       cat "$OUT/h200.csv" ;;
+    matrix)
+      # The matrix paths (cmma: the forward's and the backward's, BURN_FLASH_FWD_PATH /
+      # BURN_FLASH_BWD_PATH) beside the default (mma) path, ours only, at the eight shapes of
+      # `h200`, one process each: $OUT/matrix.csv (impl flash-matrix, then flash).
+      start=$SECONDS
+      BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix timeout "${STEP_TIMEOUT:-420}" \
+        "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/matrix-only.csv" 2> "$OUT/matrix.err"
+      echo "== matrix: exit $?, $((SECONDS - start)) s"
+      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+        > "$OUT/mma.csv" 2> "$OUT/mma.err"
+      echo "== mma (default): exit $?, $((SECONDS - start)) s"
+      { sed 's/^flash,/flash-matrix,/' "$OUT/matrix-only.csv"; grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
+      grep -iE "warning|error" "$OUT/matrix.err" | head -5
+      cat "$OUT/matrix.csv" ;;
     ncu)
       # Nsight Compute on one launch of each gradient kernel (the default two-kernel backward,
       # then the one pass: BURN_FLASH_DQ=atomic) at NCU_SHAPE: sections as CSV in

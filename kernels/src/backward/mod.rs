@@ -42,7 +42,7 @@ pub mod preprocess;
 use cubecl::prelude::*;
 
 use crate::checks::{
-    ExpectedShape, Shapes, check_atomics, check_plan_fits, check_plan_for, check_shapes, optional_args,
+    ExpectedShape, Shapes, check_atomics, check_cmma, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::error::FlashError;
 use crate::plan::{BackwardPlan, DqAccumulation, Layout};
@@ -117,6 +117,11 @@ pub fn flash_attention_backward<R: Runtime>(
             problem.quiet_softmax,
             gradient,
         )?;
+        if let GradientConfig::Matrix(matrix) = config
+            && !matrix.stand_in
+        {
+            check_cmma(client, problem.dtype, matrix.plane_size)?;
+        }
         let mma = config.path() == BackwardPath::Mma;
         check_plan_fits(
             client,

@@ -192,7 +192,7 @@ impl TileMma for Cmma {
 }
 
 /// The scalar stand-in: lane `l` owns elements `l + i * plane_size` of the tile (row-major),
-/// each summed over the 16 products in f32.
+/// each an f32 sum of the products in order.
 pub struct StandIn;
 
 #[cube]
@@ -226,13 +226,15 @@ impl TileMma for StandIn {
             // Past the tile (plane sizes above 256 only) a lane recomputes its last element.
             let e = min(UNIT_POS_X + i * plane_size, comptime!(TILE_ELEMENTS - 1));
             let (r, c) = (e / MATRIX_TILE, e % MATRIX_TILE);
-            let mut sum = 0.0f32;
+            // Straight into the accumulator, k after k: over a chain of tiles, one sequential
+            // sum (as a plain implementation sums).
+            let mut sum = acc[i as usize];
             for k in 0..MATRIX_TILE {
                 let a_at = if comptime!(a_rows) { r * a_stride + k } else { k * a_stride + r };
                 let b_at = if comptime!(b_rows) { k * b_stride + c } else { c * b_stride + k };
                 sum += f32::cast_from(a[a_at as usize]) * f32::cast_from(b[b_at as usize]);
             }
-            acc[i as usize] += sum;
+            acc[i as usize] = sum;
         }
     }
 
