@@ -338,17 +338,47 @@ impl MatrixConfig {
         self.val_dim.next_multiple_of(MATRIX_TILE)
     }
 
+    /// Row stride of the Q and K tiles (dtype elements): 16 bytes of padding after each row,
+    /// so that the 8 rows a fragment load reads at once start in different shared-memory banks
+    /// (unpadded, rows of a multiple of 128 bytes all start in the same ones); rows of 16 tiles
+    /// stay 32-byte aligned, as fragment loads need.
+    pub fn head_stride(&self) -> u32 {
+        self.head_dim_tile() + MATRIX_PAD_BYTES / self.elem_bytes
+    }
+
+    /// Row stride of the V tile (dtype elements), padded as [`Self::head_stride`].
+    pub fn val_stride(&self) -> u32 {
+        self.val_dim_tile() + MATRIX_PAD_BYTES / self.elem_bytes
+    }
+
+    /// Row stride of the f32 S tile, padded.
+    pub fn score_stride(&self) -> u32 {
+        self.block_kv + MATRIX_PAD_BYTES / F32_BYTES as u32
+    }
+
+    /// Row stride of the P tile (dtype elements), padded.
+    pub fn prob_stride(&self) -> u32 {
+        self.block_kv + MATRIX_PAD_BYTES / self.elem_bytes
+    }
+
+    /// Row stride of the f32 `P V` tile, padded.
+    pub fn out_stride(&self) -> u32 {
+        self.val_dim_tile() + MATRIX_PAD_BYTES / F32_BYTES as u32
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
+        let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
         let partials = 2 * bq * self.units_per_row() as usize * F32_BYTES;
-        let score_tile = bq * bkv;
-        let staged = (bq * dk + bkv * dk + bkv * dv + score_tile) * self.elem_bytes as usize;
-        let f32_tiles = (score_tile + bq * dv) * F32_BYTES;
+        let staged = (bq * dk + bkv * dk + bkv * dv + bq * self.prob_stride() as usize) * self.elem_bytes as usize;
+        let f32_tiles = bq * (self.score_stride() + self.out_stride()) as usize * F32_BYTES;
         staged + f32_tiles + partials
     }
 }
+
+/// Bytes of padding after every row of the matrix forward's tiles.
+const MATRIX_PAD_BYTES: u32 = 16;
 
 impl SplitsRows for MatrixConfig {
     fn split(&self) -> RowSplit {

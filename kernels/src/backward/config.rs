@@ -460,15 +460,47 @@ impl MatrixGradientConfig {
         self.kernel == BackwardKernel::KeyValue
     }
 
+    /// Row stride of a tile of `cols` elements of `bytes` each: 16 bytes of padding, so that
+    /// the 8 rows a fragment load reads at once start in 8 different groups of 4 shared-memory
+    /// banks (unpadded, rows of 64 or 128 bytes multiples all start in the same banks). Rows
+    /// of 16 tiles stay 32-byte aligned, as fragment loads need.
+    fn padded(cols: u32, bytes: u32) -> u32 {
+        cols + MATRIX_PAD_BYTES / bytes
+    }
+
+    /// Row stride of the Q and K tiles (dtype elements).
+    pub fn head_stride(&self) -> u32 {
+        Self::padded(self.head_dim_tile(), self.elem_bytes)
+    }
+
+    /// Row stride of the dO and V tiles (dtype elements).
+    pub fn val_stride(&self) -> u32 {
+        Self::padded(self.val_dim_tile(), self.elem_bytes)
+    }
+
+    /// Row stride of the f32 S and dP tiles.
+    pub fn score_stride(&self) -> u32 {
+        Self::padded(self.block_kv, F32_BYTES as u32)
+    }
+
+    /// Row stride of the P and dS tiles (dtype elements).
+    pub fn prob_stride(&self) -> u32 {
+        Self::padded(self.block_kv, self.elem_bytes)
+    }
+
     /// Shared memory the kernel declares, in bytes: Q, dO, K, V and (dK/dV) P in the dtype, dS
     /// too; S and dP in f32; lse and delta.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
-        let (dk, dv) = (self.head_dim_tile() as usize, self.val_dim_tile() as usize);
-        let scores = bq * bkv;
+        let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
+        let probs = bq * self.prob_stride() as usize;
         // The dQ kernel declares one tile's worth of P, unused (a shared array cannot be empty).
-        let p = if self.keeps_p() { scores } else { (MATRIX_TILE * MATRIX_TILE) as usize };
-        let staged = (bq + bkv) * (dk + dv) + scores + p;
+        let p = if self.keeps_p() { probs } else { (MATRIX_TILE * MATRIX_TILE) as usize };
+        let staged = (bq + bkv) * (dk + dv) + probs + p;
+        let scores = bq * self.score_stride() as usize;
         staged * self.elem_bytes as usize + (2 * scores + 2 * bq) * F32_BYTES
     }
 }
+
+/// Bytes of padding at the end of every row of the matrix gradient kernels' tiles.
+const MATRIX_PAD_BYTES: u32 = 16;

@@ -110,7 +110,8 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     }
 }
 
-/// The shared tiles of one block pair (row-major, dims padded to whole tiles).
+/// The shared tiles of one block pair (row-major, dims padded to whole tiles, each row followed by
+/// 16 bytes of padding: [`MatrixGradientConfig::head_stride`] and the other strides).
 #[derive(CubeType)]
 struct PairTiles<F: Float> {
     /// `[block_q, head_dim_tile]`.
@@ -138,17 +139,18 @@ struct PairTiles<F: Float> {
 #[cube]
 fn new_pair_tiles<F: Float>(#[comptime] config: MatrixGradientConfig) -> PairTiles<F> {
     let (bq, bkv) = comptime!((config.block_q as usize, config.block_kv as usize));
-    let (dk, dv) = comptime!((config.head_dim_tile() as usize, config.val_dim_tile() as usize));
-    let p_len = comptime!(if config.keeps_p() { bq * bkv } else { TILE_ELEMENTS as usize });
+    let (dk, dv) = comptime!((config.head_stride() as usize, config.val_stride() as usize));
+    let (scores, probs) = comptime!((bq * config.score_stride() as usize, bq * config.prob_stride() as usize));
+    let p_len = comptime!(if config.keeps_p() { probs } else { TILE_ELEMENTS as usize });
     PairTiles::<F> {
         q: SharedMemory::new_aligned(comptime!(bq * dk), CMMA_ALIGN),
         d_out: SharedMemory::new_aligned(comptime!(bq * dv), CMMA_ALIGN),
         k: SharedMemory::new_aligned(comptime!(bkv * dk), CMMA_ALIGN),
         v: SharedMemory::new_aligned(comptime!(bkv * dv), CMMA_ALIGN),
-        s: SharedMemory::new_aligned(comptime!(bq * bkv), CMMA_ALIGN),
-        dp: SharedMemory::new_aligned(comptime!(bq * bkv), CMMA_ALIGN),
+        s: SharedMemory::new_aligned(scores, CMMA_ALIGN),
+        dp: SharedMemory::new_aligned(scores, CMMA_ALIGN),
         p: SharedMemory::new_aligned(p_len, CMMA_ALIGN),
-        ds: SharedMemory::new_aligned(comptime!(bq * bkv), CMMA_ALIGN),
+        ds: SharedMemory::new_aligned(probs, CMMA_ALIGN),
         lse: SharedMemory::new(comptime!(bq)),
         delta: SharedMemory::new(comptime!(bq)),
     }
@@ -220,8 +222,8 @@ fn chain<F: Float, T: TileMma>(
 }
 
 /// `out[tile] = A B^T` over the head (or value) dim, for one 16x16 tile of S (or dP): A's 16
-/// rows start at row `a_row` of `a`, B's at row `b_row` of `b` (both `[rows, dim_tile]`), the
-/// tile is stored at `out[out_at]`, `block_kv` per row.
+/// rows start at row `a_row` of `a`, B's at row `b_row` of `b` (both `[rows, stride]`, `dim_tile`
+/// columns used), the tile is stored at `out[out_at]`, `score_stride` per row.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn dots_tile<F: Float, T: TileMma>(
@@ -232,27 +234,28 @@ fn dots_tile<F: Float, T: TileMma>(
     out: &mut SharedMemory<f32>,
     out_at: u32,
     #[comptime] dim_tile: u32,
+    #[comptime] stride: u32,
     #[comptime] config: MatrixGradientConfig,
 ) {
     let mut acc = T::zero(config.plane_size);
     chain::<F, T>(
         &mut acc,
         a,
-        a_row * dim_tile,
+        a_row * stride,
         MATRIX_TILE,
         TileLayout::RowMajor,
-        dim_tile,
+        stride,
         b,
-        b_row * dim_tile,
+        b_row * stride,
         MATRIX_TILE,
         // B^T's tile (kk, n): row-major B read column-major.
         TileLayout::ColMajor,
-        dim_tile,
+        stride,
         comptime!(dim_tile / MATRIX_TILE),
         config.plane_size,
     );
     let len = out.len();
-    T::store(&acc, &mut out.slice_mut(out_at as usize, len), config.block_kv, config.plane_size);
+    T::store(&acc, &mut out.slice_mut(out_at as usize, len), config.score_stride(), config.plane_size);
 }
 
 /// P (dK/dV kernel) and dS of the strip `[row0, row0 + rows) x [col0, col0 + cols)` of the pair,
@@ -280,7 +283,8 @@ fn strip_gradients<F: Float, M: Int>(
         let e = UNIT_POS_X + t * config.plane_size;
         if e < entries {
             let (i, j) = (row0 + e / cols, col0 + e % cols);
-            let at = (i * config.block_kv + j) as usize;
+            let at = (i * config.score_stride() + j) as usize;
+            let prob_at = (i * config.prob_stride() + j) as usize;
             let dot = tiles.s[at];
             let logit = score::<F, M>(
                 dot,
@@ -312,9 +316,9 @@ fn strip_gradients<F: Float, M: Int>(
                 ds = entry_ds;
             }
             if comptime!(config.keeps_p()) {
-                tiles.p[at] = F::cast_from(p);
+                tiles.p[prob_at] = F::cast_from(p);
             }
-            tiles.ds[at] = F::cast_from(ds);
+            tiles.ds[prob_at] = F::cast_from(ds);
         }
     }
 }
@@ -409,6 +413,8 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
 ) {
     let (bq, bkv) = comptime!((config.block_q, config.block_kv));
     let (dk_tile, dv_tile) = comptime!((config.head_dim_tile(), config.val_dim_tile()));
+    let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
+    let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
     let (units, plane_size) = comptime!((config.units(), config.plane_size));
     let at = place::<F>(q, k);
     let kv_start = CUBE_POS_X * bkv;
@@ -422,23 +428,23 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
     let d_out_view = head_view(d_out, at.batch, at.head);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
-    stage::<F>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, config.head_dim, dk_tile, units);
-    stage::<F>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, config.val_dim, dv_tile, units);
+    stage::<F>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
+    stage::<F>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
 
     // Step 2: the query blocks that see this block (causal: none above the diagonal).
     let span = query_block_span(kv_start, &params, bq, bkv, config.score);
     for q_block in span.start..span.end {
         let q_start = q_block * bq;
-        stage::<F>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_tile, units);
-        stage::<F>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_tile, units);
+        stage::<F>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
+        stage::<F>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
         stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
         sync_cube();
 
         // S and dP of this plane's column strip, one 16x16 tile per 16 query rows.
         for i in 0..comptime!(bq / MATRIX_TILE) {
-            let out_at = i * MATRIX_TILE * bkv + own;
-            dots_tile::<F, T>(&tiles.q, i * MATRIX_TILE, &tiles.k, own, &mut tiles.s, out_at, dk_tile, config);
-            dots_tile::<F, T>(&tiles.d_out, i * MATRIX_TILE, &tiles.v, own, &mut tiles.dp, out_at, dv_tile, config);
+            let out_at = i * MATRIX_TILE * score_stride + own;
+            dots_tile::<F, T>(&tiles.q, i * MATRIX_TILE, &tiles.k, own, &mut tiles.s, out_at, dk_tile, dk_stride, config);
+            dots_tile::<F, T>(&tiles.d_out, i * MATRIX_TILE, &tiles.v, own, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
         sync_cube();
 
@@ -458,14 +464,14 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
                 dv_acc.index_mut(n as usize),
                 &tiles.p,
                 own,
-                comptime!(MATRIX_TILE * bkv),
+                comptime!(MATRIX_TILE * prob_stride),
                 TileLayout::ColMajor,
-                bkv,
+                prob_stride,
                 &tiles.d_out,
                 n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dv_tile),
+                comptime!(MATRIX_TILE * dv_stride),
                 TileLayout::RowMajor,
-                dv_tile,
+                dv_stride,
                 comptime!(bq / MATRIX_TILE),
                 plane_size,
             );
@@ -476,14 +482,14 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
                 dk_acc.index_mut(n as usize),
                 &tiles.ds,
                 own,
-                comptime!(MATRIX_TILE * bkv),
+                comptime!(MATRIX_TILE * prob_stride),
                 TileLayout::ColMajor,
-                bkv,
+                prob_stride,
                 &tiles.q,
                 n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dk_tile),
+                comptime!(MATRIX_TILE * dk_stride),
                 TileLayout::RowMajor,
-                dk_tile,
+                dk_stride,
                 comptime!(bq / MATRIX_TILE),
                 plane_size,
             );
@@ -516,6 +522,8 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
 ) {
     let (bq, bkv) = comptime!((config.block_q, config.block_kv));
     let (dk_tile, dv_tile) = comptime!((config.head_dim_tile(), config.val_dim_tile()));
+    let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
+    let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
     let (units, plane_size) = comptime!((config.units(), config.plane_size));
     let at = place::<F>(q, k);
     let q_block = query_block_heaviest_first(config.score.causal);
@@ -530,8 +538,8 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
-    stage::<F>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_tile, units);
-    stage::<F>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_tile, units);
+    stage::<F>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
+    stage::<F>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
     stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
 
     // Step 2: the visible key/value blocks, unmasked pass first; a partial query block takes the
@@ -539,15 +547,15 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
     let range = kv_block_range_full_rows(q_block, &params, bq, bkv, config.score);
     for kv_block in range.start..range.end {
         let kv_start = kv_block * bkv;
-        stage::<F>(k, &k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk_tile, units);
-        stage::<F>(v, &v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv_tile, units);
+        stage::<F>(k, &k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
+        stage::<F>(v, &v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
         sync_cube();
 
         // S and dP of this plane's row strip, one 16x16 tile per 16 keys.
         for j in 0..comptime!(bkv / MATRIX_TILE) {
-            let out_at = own * bkv + j * MATRIX_TILE;
-            dots_tile::<F, T>(&tiles.q, own, &tiles.k, j * MATRIX_TILE, &mut tiles.s, out_at, dk_tile, config);
-            dots_tile::<F, T>(&tiles.d_out, own, &tiles.v, j * MATRIX_TILE, &mut tiles.dp, out_at, dv_tile, config);
+            let out_at = own * score_stride + j * MATRIX_TILE;
+            dots_tile::<F, T>(&tiles.q, own, &tiles.k, j * MATRIX_TILE, &mut tiles.s, out_at, dk_tile, dk_stride, config);
+            dots_tile::<F, T>(&tiles.d_out, own, &tiles.v, j * MATRIX_TILE, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
         sync_cube();
 
@@ -564,15 +572,15 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
             chain::<F, T>(
                 dq_acc.index_mut(n as usize),
                 &tiles.ds,
-                own * bkv,
+                own * prob_stride,
                 MATRIX_TILE,
                 TileLayout::RowMajor,
-                bkv,
+                prob_stride,
                 &tiles.k,
                 n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dk_tile),
+                comptime!(MATRIX_TILE * dk_stride),
                 TileLayout::RowMajor,
-                dk_tile,
+                dk_stride,
                 comptime!(bkv / MATRIX_TILE),
                 plane_size,
             );

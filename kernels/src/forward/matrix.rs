@@ -59,17 +59,17 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
 /// Shared-memory tiles of one cube.
 #[derive(CubeType)]
 pub(crate) struct Tiles<F: Float> {
-    /// `[block_q, head_dim_tile]` in F, loaded once, zero-padded.
+    /// `[block_q, head_stride]` in F, loaded once, zero-padded.
     q: SharedMemory<F>,
-    /// `[block_kv, head_dim_tile]` in F, one key block, zero-padded.
+    /// `[block_kv, head_stride]` in F, one key block, zero-padded.
     k: SharedMemory<F>,
-    /// `[block_kv, val_dim_tile]` in F, one value block, zero-padded.
+    /// `[block_kv, val_stride]` in F, one value block, zero-padded.
     v: SharedMemory<F>,
-    /// `[block_q, block_kv]` f32: raw `q · k` of the current block.
+    /// `[block_q, score_stride]` f32: raw `q · k` of the current block.
     s: SharedMemory<f32>,
-    /// `[block_q, block_kv]` in F: the probabilities, A operand of `P V`.
+    /// `[block_q, prob_stride]` in F: the probabilities, A operand of `P V`.
     p: SharedMemory<F>,
-    /// `[block_q, val_dim_tile]` f32: `P V` of the current block.
+    /// `[block_q, out_stride]` f32: `P V` of the current block.
     pv: SharedMemory<f32>,
     /// One f32 per unit: partial row maxima.
     partial_max: SharedMemory<f32>,
@@ -111,27 +111,27 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         let units = comptime!(config.units());
         let mut tiles = Tiles::<F> {
             q: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.head_dim_tile()) as usize),
+                comptime!((config.block_q * config.head_stride()) as usize),
                 CMMA_ALIGN,
             ),
             k: SharedMemory::new_aligned(
-                comptime!((config.block_kv * config.head_dim_tile()) as usize),
+                comptime!((config.block_kv * config.head_stride()) as usize),
                 CMMA_ALIGN,
             ),
             v: SharedMemory::new_aligned(
-                comptime!((config.block_kv * config.val_dim_tile()) as usize),
+                comptime!((config.block_kv * config.val_stride()) as usize),
                 CMMA_ALIGN,
             ),
             s: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.block_kv) as usize),
+                comptime!((config.block_q * config.score_stride()) as usize),
                 CMMA_ALIGN,
             ),
             p: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.block_kv) as usize),
+                comptime!((config.block_q * config.prob_stride()) as usize),
                 CMMA_ALIGN,
             ),
             pv: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.val_dim_tile()) as usize),
+                comptime!((config.block_q * config.out_stride()) as usize),
                 CMMA_ALIGN,
             ),
             partial_max: SharedMemory::new(units as usize),
@@ -144,7 +144,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             q_start,
             config.block_q,
             config.head_dim,
-            config.head_dim_tile(),
+            config.head_stride(),
             units,
         );
         tiles
@@ -172,6 +172,9 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         let lanes = comptime!(config.units_per_row());
         let dk = comptime!(config.head_dim_tile());
         let dv = comptime!(config.val_dim_tile());
+        let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
+        let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
+        let out_stride = comptime!(config.out_stride());
         let bkv = config.block_kv;
         let kv_start = kv_block * bkv;
         // First row of this plane's 16 query rows.
@@ -184,7 +187,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             kv_start,
             bkv,
             config.head_dim,
-            dk,
+            dk_stride,
             units,
         );
         load_tile::<F, F>(
@@ -194,7 +197,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             kv_start,
             bkv,
             config.val_dim,
-            dv,
+            dv_stride,
             units,
         );
         sync_cube();
@@ -202,14 +205,14 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
         plane_product::<F>(
             &tiles.q,
-            dk,
+            dk_stride,
             &tiles.k,
             cmma::MatrixLayout::ColMajor,
-            dk,
-            comptime!(MATRIX_TILE * dk),
+            dk_stride,
+            comptime!(MATRIX_TILE * dk_stride),
             MATRIX_TILE,
             &mut tiles.s,
-            bkv,
+            score_stride,
             plane_row,
             comptime!(bkv / MATRIX_TILE),
             comptime!(dk / MATRIX_TILE),
@@ -218,7 +221,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
 
         // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
         let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
-        let s_row = (role.row * bkv) as usize;
+        let s_row = (role.row * score_stride) as usize;
         #[unroll]
         for t in 0..config.kv_cols_per_unit() {
             let col = role.lane + t * lanes;
@@ -246,7 +249,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             kv_start,
             config.kv_cols_per_unit(),
             lanes,
-            bkv,
+            prob_stride,
             masked_pass,
             config.precise_math,
             config.score.dropout,
@@ -255,14 +258,14 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         // P V for this plane's rows, into shared memory.
         plane_product::<F>(
             &tiles.p,
-            bkv,
+            prob_stride,
             &tiles.v,
             cmma::MatrixLayout::RowMajor,
-            dv,
+            dv_stride,
             MATRIX_TILE,
-            comptime!(MATRIX_TILE * dv),
+            comptime!(MATRIX_TILE * dv_stride),
             &mut tiles.pv,
-            dv,
+            out_stride,
             plane_row,
             comptime!(dv / MATRIX_TILE),
             comptime!(bkv / MATRIX_TILE),
@@ -272,7 +275,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
         // come after this block's last reads of K, V and P (all before the sync above), and its
         // writes of S, P, PV after at least one more sync.
-        let pv_row = (role.row * dv + role.lane) as usize;
+        let pv_row = (role.row * out_stride + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
             acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
