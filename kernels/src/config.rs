@@ -300,9 +300,17 @@ pub struct MatrixConfig {
     /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
     pub quiet_softmax: bool,
     pub score: ScoreOptions,
+    /// 16 bytes of padding after every tile row ([`Self::head_stride`]); the planner drops it
+    /// where the padded tiles do not fit (head dim 128 in an MI300X's 64 KiB).
+    pub padded: bool,
 }
 
 impl MatrixConfig {
+    /// Elements of `bytes` each in a row's padding.
+    fn pad(&self, bytes: u32) -> u32 {
+        if self.padded { MATRIX_PAD_BYTES / bytes } else { 0 }
+    }
+
     /// Units sharing one query row.
     pub fn units_per_row(&self) -> u32 {
         self.plane_size / MATRIX_TILE
@@ -338,32 +346,32 @@ impl MatrixConfig {
         self.val_dim.next_multiple_of(MATRIX_TILE)
     }
 
-    /// Row stride of the Q and K tiles (dtype elements): 16 bytes of padding after each row,
+    /// Row stride of the Q and K tiles (dtype elements): with `padded`, 16 bytes after each row,
     /// so that the 8 rows a fragment load reads at once start in different shared-memory banks
     /// (unpadded, rows of a multiple of 128 bytes all start in the same ones); rows of 16 tiles
     /// stay 32-byte aligned, as fragment loads need.
     pub fn head_stride(&self) -> u32 {
-        self.head_dim_tile() + MATRIX_PAD_BYTES / self.elem_bytes
+        self.head_dim_tile() + self.pad(self.elem_bytes)
     }
 
     /// Row stride of the V tile (dtype elements), padded as [`Self::head_stride`].
     pub fn val_stride(&self) -> u32 {
-        self.val_dim_tile() + MATRIX_PAD_BYTES / self.elem_bytes
+        self.val_dim_tile() + self.pad(self.elem_bytes)
     }
 
     /// Row stride of the f32 S tile, padded.
     pub fn score_stride(&self) -> u32 {
-        self.block_kv + MATRIX_PAD_BYTES / F32_BYTES as u32
+        self.block_kv + self.pad(F32_BYTES as u32)
     }
 
     /// Row stride of the P tile (dtype elements), padded.
     pub fn prob_stride(&self) -> u32 {
-        self.block_kv + MATRIX_PAD_BYTES / self.elem_bytes
+        self.block_kv + self.pad(self.elem_bytes)
     }
 
     /// Row stride of the f32 `P V` tile, padded.
     pub fn out_stride(&self) -> u32 {
-        self.val_dim_tile() + MATRIX_PAD_BYTES / F32_BYTES as u32
+        self.val_dim_tile() + self.pad(F32_BYTES as u32)
     }
 
     /// Shared memory the kernel declares, in bytes.

@@ -22,7 +22,8 @@ use std::path::PathBuf;
 use burn_flash_attn_kernels::plan::DeviceCaps;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind, Window};
 use hip_offline::checks::{WAVE, needs_rocwmma, violations};
-use hip_offline::variants::{Variant, hip_source, routed_variants};
+use burn_flash_attn_kernels::backward::GradientConfig;
+use hip_offline::variants::{KernelConfig, Variant, hip_source, routed_variants};
 use hip_offline::{GFX942, Intrinsics, MI300X_LDS_BYTES, MatrixCores, OfflineHip, RocWmma};
 
 const DTYPES: [FloatKind; 3] = [FloatKind::F16, FloatKind::BF16, FloatKind::F32];
@@ -265,27 +266,38 @@ fn gfx942_every_cube_is_a_whole_number_of_waves() {
 }
 
 /// bf16 cmma fragments do not compile with rocWMMA (`rocwmma::PackTraits<__hip_bfloat16>` is
-/// undefined: cubecl declares them as `__hip_bfloat16`), so bf16 must not take the matrix path
-/// on gfx942: `hip-rocwmma` registers bf16 16x16x16 cmma, and the planners see the properties
-/// through `DeviceCaps::new`, which counts them as absent on HIP runtimes (as `DeviceCaps::of`
-/// does).
+/// undefined: cubecl declares them as `__hip_bfloat16`), so no bf16 variant may take bf16
+/// fragments on gfx942: `hip-rocwmma` registers bf16 16x16x16 cmma, and the planners see the
+/// properties through `DeviceCaps::new`, which counts them as absent on HIP runtimes (as
+/// `DeviceCaps::of` does). The bf16 matrix variants there are the matrix backward's with f32
+/// tiles (the inputs converted, on rocWMMA's f32 cmma), where their tiles fit the LDS.
 #[test]
-fn gfx942_rocwmma_bf16_never_claims_the_matrix_path() {
+fn gfx942_rocwmma_bf16_claims_the_matrix_path_only_on_f32_tiles() {
     let client = OfflineHip::<RocWmma>::client_for(GFX942);
     let (checked, _) = grid();
     let runtime = <OfflineHip<RocWmma> as cubecl::Runtime>::name(&client);
     let caps = DeviceCaps::new(client.properties(), runtime);
-    let claimed: Vec<String> = routed_variants(&caps, &checked)
+    let bf16: Vec<(String, Variant)> = routed_variants(&caps, &checked)
         .into_iter()
-        .filter(|(_, (variant, _))| variant.dtype == FloatKind::BF16 && variant.claims_matrix())
+        .filter(|(_, (variant, _))| variant.dtype == FloatKind::BF16)
+        .map(|(name, (variant, _))| (name, variant))
+        .collect();
+    let wrong: Vec<&String> = bf16
+        .iter()
+        .filter(|(_, variant)| match variant.kernel {
+            KernelConfig::Forward(_) => variant.claims_matrix(),
+            KernelConfig::Backward(GradientConfig::Matrix(config)) => !config.f32_tiles,
+            _ => false,
+        })
         .map(|(name, _)| name)
         .collect();
     assert!(
-        claimed.is_empty(),
-        "{} bf16 matrix variants: {:?}",
-        claimed.len(),
-        &claimed[..claimed.len().min(3)]
+        wrong.is_empty(),
+        "{} bf16 variants on bf16 fragments: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
     );
+    assert!(bf16.iter().any(|(_, variant)| variant.claims_matrix()), "bf16 takes the f32-tile matrix backward");
 }
 
 /// The shared-memory layout of every compiled variant (all but the matrix forward's) is the

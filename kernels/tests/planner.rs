@@ -257,7 +257,8 @@ fn planning_cost_of_a_small_training_call() {
 /// f16) both gradient kernels take it by default, one 64-lane plane per 16 accumulated rows in
 /// 64 KiB; bf16 and f32 stay portable there. On an H200 (register mma) it runs only when asked
 /// for, f16 / bf16 on cmma and f32 (no cmma) on the portable path; on the test device (no cmma)
-/// it runs as the scalar stand-in where asked for with `matrix_stand_in`.
+/// it runs as the scalar stand-in where asked for with `matrix_stand_in`. With rocWMMA's cmma
+/// on a HIP runtime (bf16 fragments that do not compile) bf16 takes it on f32 tiles.
 #[test]
 fn matrix_backward_is_planned_where_cmma_is_the_matrix_route() {
     use burn_flash_attn_kernels::backward::{BackwardKernel, BackwardPath, GradientConfig};
@@ -291,6 +292,25 @@ fn matrix_backward_is_planned_where_cmma_is_the_matrix_route() {
                 let forced = gradient(&h200, dtype, head_dim, kernel, &asked);
                 assert_eq!((forced.config.path(), forced.choice), (BackwardPath::Matrix, GradientChoice::Forced));
             }
+            // What cubecl-hip with rocWMMA registers (f16, bf16 and f32 cmma) on a HIP runtime,
+            // whose bf16 fragments do not compile: bf16 takes the matrix path on f32 tiles.
+            let rocwmma = support::simulated_device(
+                client.properties(),
+                support::MI300X_PLANE_SIZE,
+                support::MI300X_SHARED_MEMORY,
+                &[FloatKind::F16, FloatKind::BF16, FloatKind::F32],
+            );
+            let hip = DeviceCaps::new(&rocwmma, "hip");
+            let bf16 = plan::backward::gradient(&hip, &problem(FloatKind::BF16, head_dim), Layout::CHUNKED, &Tuning::default(), kernel)
+                .expect("planned");
+            println!("rocWMMA bf16 hd{head_dim} {kernel:?}: {bf16}");
+            let GradientConfig::Matrix(config) = bf16.config else { panic!("bf16 on gfx942 with rocWMMA: {bf16}") };
+            assert!(config.f32_tiles && config.elem_bytes == 4, "{bf16}");
+            assert!(bf16.config.shared_memory_bytes() <= support::MI300X_SHARED_MEMORY);
+            let f16 = plan::backward::gradient(&hip, &problem(FloatKind::F16, head_dim), Layout::CHUNKED, &Tuning::default(), kernel)
+                .expect("planned");
+            let GradientConfig::Matrix(config) = f16.config else { panic!("f16 on gfx942 with rocWMMA: {f16}") };
+            assert!(!config.f32_tiles, "{f16}");
             let f32_asked = gradient(&h200, FloatKind::F32, head_dim, kernel, &asked);
             assert_eq!(f32_asked.config.path(), BackwardPath::Portable, "no f32 cmma: {f32_asked}");
             let lavapipe = client.properties();

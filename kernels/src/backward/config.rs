@@ -415,8 +415,12 @@ pub struct MatrixGradientConfig {
     pub val_dim: u32,
     /// Units per plane (32 on NVIDIA, 64 on AMD wave64).
     pub plane_size: u32,
-    /// Bytes per element of the inputs (the operand tiles are staged in their type).
+    /// Bytes per element of the operand tiles: the inputs' (staged in their type), or 4 with
+    /// `f32_tiles`.
     pub elem_bytes: u32,
+    /// The operand tiles are f32, the inputs converted exactly, on f32 cmma: bf16 on gfx942,
+    /// whose rocWMMA bf16 fragments do not compile (docs/HIP.md), takes the f32 MFMA.
+    pub f32_tiles: bool,
     pub score: ScoreOptions,
     /// Products by a scalar stand-in for cmma with the fragments' shapes (each lane owns fixed
     /// elements of a 16x16 tile): the same kernels on devices without cmma, for the tests

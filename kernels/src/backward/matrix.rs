@@ -61,22 +61,26 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
     let a = inputs.into_args(client);
-    // SAFETY: shapes and strides were validated against the problem; global reads are
-    // bounds-checked in the tile loads, global writes against seq_kv and the dims.
-    unsafe {
-        if config.stand_in {
-            matrix_dkdv_kernel::launch_unchecked::<F, M, StandIn, R>(
-                client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                a.bias, a.slopes, dk.into_tensor_arg(), dv.into_tensor_arg(),
-                score_params(problem), config,
-            )
-        } else {
-            matrix_dkdv_kernel::launch_unchecked::<F, M, Cmma, R>(
-                client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                a.bias, a.slopes, dk.into_tensor_arg(), dv.into_tensor_arg(),
-                score_params(problem), config,
-            )
-        }
+    let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
+    let params = score_params(problem);
+    // The tiles' type (the dtype, or f32) and the products' implementation are types.
+    macro_rules! launch {
+        ($tile:ty, $mma:ty) => {
+            // SAFETY: shapes and strides were validated against the problem; global reads are
+            // bounds-checked in the tile loads, global writes against seq_kv and the dims.
+            unsafe {
+                matrix_dkdv_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
+                    client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
+                    a.bias, a.slopes, dk, dv, params, config,
+                )
+            }
+        };
+    }
+    match (config.f32_tiles, config.stand_in) {
+        (false, false) => launch!(F, Cmma),
+        (false, true) => launch!(F, StandIn),
+        (true, false) => launch!(f32, Cmma),
+        (true, true) => launch!(f32, StandIn),
     }
 }
 
@@ -94,19 +98,24 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
     let a = inputs.into_args(client);
-    // SAFETY: as in `launch_dkdv`; writes are checked against seq_q and head_dim.
-    unsafe {
-        if config.stand_in {
-            matrix_dq_kernel::launch_unchecked::<F, M, StandIn, R>(
-                client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                a.bias, a.slopes, dq.into_tensor_arg(), score_params(problem), config,
-            )
-        } else {
-            matrix_dq_kernel::launch_unchecked::<F, M, Cmma, R>(
-                client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                a.bias, a.slopes, dq.into_tensor_arg(), score_params(problem), config,
-            )
-        }
+    let dq = dq.into_tensor_arg();
+    let params = score_params(problem);
+    macro_rules! launch {
+        ($tile:ty, $mma:ty) => {
+            // SAFETY: as in `launch_dkdv`; writes are checked against seq_q and head_dim.
+            unsafe {
+                matrix_dq_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
+                    client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
+                    a.bias, a.slopes, dq, params, config,
+                )
+            }
+        };
+    }
+    match (config.f32_tiles, config.stand_in) {
+        (false, false) => launch!(F, Cmma),
+        (false, true) => launch!(F, StandIn),
+        (true, false) => launch!(f32, Cmma),
+        (true, true) => launch!(f32, StandIn),
     }
 }
 
@@ -263,12 +272,12 @@ fn dots_tile<F: Float, T: TileMma>(
 /// plane_size`. `masked_pass` emits the tail, causal and mask checks.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn strip_gradients<F: Float, M: Int>(
+fn strip_gradients<F: Float, E: Float, M: Int>(
     mask: &Tensor<M>,
     bias: &Tensor<F>,
     params: &ScoreParams,
     tensors: &ScoreTensors,
-    tiles: &mut PairTiles<F>,
+    tiles: &mut PairTiles<E>,
     q_start: u32,
     kv_start: u32,
     row0: u32,
@@ -316,34 +325,36 @@ fn strip_gradients<F: Float, M: Int>(
                 ds = entry_ds;
             }
             if comptime!(config.keeps_p()) {
-                tiles.p[prob_at] = F::cast_from(p);
+                tiles.p[prob_at] = E::cast_from(p);
             }
-            tiles.ds[prob_at] = F::cast_from(ds);
+            tiles.ds[prob_at] = E::cast_from(ds);
         }
     }
 }
 
-/// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile`, padded.
+/// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile` (converted
+/// to the tiles' type `E`), padded.
 #[cube]
-fn stage<F: Float>(
+#[allow(clippy::too_many_arguments)]
+fn stage<F: Float, E: Float>(
     tensor: &Tensor<F>,
     view: &HeadView,
-    tile: &mut SharedMemory<F>,
+    tile: &mut SharedMemory<E>,
     start: u32,
     #[comptime] rows: u32,
     #[comptime] dim: u32,
     #[comptime] dim_tile: u32,
     #[comptime] units: u32,
 ) {
-    load_tile::<F, F>(tensor, view, &mut tile.to_slice_mut(), start, rows, dim, dim_tile, units);
+    load_tile::<F, E>(tensor, view, &mut tile.to_slice_mut(), start, rows, dim, dim_tile, units);
 }
 
 /// Loads the lse and delta of query rows `[q_start, q_start + rows)` (0 past seq_q).
 #[cube]
-fn stage_stats<F: Float>(
+fn stage_stats<E: Float>(
     lse: &Tensor<f32>,
     delta: &Tensor<f32>,
-    tiles: &mut PairTiles<F>,
+    tiles: &mut PairTiles<E>,
     at: Place,
     q_start: u32,
     #[comptime] rows: u32,
@@ -396,7 +407,7 @@ fn write_rows<F: Float, T: TileMma>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
+pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -421,38 +432,38 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
     // This plane's key rows inside the block, and its 16 columns of each pair's scores.
     let own = UNIT_POS_Y * MATRIX_TILE;
     let tensors = score_tensors(mask, bias, slopes, at.batch, at.head, config.score);
-    let mut tiles = new_pair_tiles::<F>(config);
+    let mut tiles = new_pair_tiles::<E>(config);
     let mut dk_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let mut dv_acc = zero_tiles::<T>(comptime!(dv_tile / MATRIX_TILE), plane_size);
     let q_view = head_view(q, at.batch, at.head);
     let d_out_view = head_view(d_out, at.batch, at.head);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
-    stage::<F>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
-    stage::<F>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
+    stage::<F, E>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
+    stage::<F, E>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
 
     // Step 2: the query blocks that see this block (causal: none above the diagonal).
     let span = query_block_span(kv_start, &params, bq, bkv, config.score);
     for q_block in span.start..span.end {
         let q_start = q_block * bq;
-        stage::<F>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
-        stage::<F>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
+        stage::<F, E>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
+        stage::<F, E>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
         stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
         sync_cube();
 
         // S and dP of this plane's column strip, one 16x16 tile per 16 query rows.
         for i in 0..comptime!(bq / MATRIX_TILE) {
             let out_at = i * MATRIX_TILE * score_stride + own;
-            dots_tile::<F, T>(&tiles.q, i * MATRIX_TILE, &tiles.k, own, &mut tiles.s, out_at, dk_tile, dk_stride, config);
-            dots_tile::<F, T>(&tiles.d_out, i * MATRIX_TILE, &tiles.v, own, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
+            dots_tile::<E, T>(&tiles.q, i * MATRIX_TILE, &tiles.k, own, &mut tiles.s, out_at, dk_tile, dk_stride, config);
+            dots_tile::<E, T>(&tiles.d_out, i * MATRIX_TILE, &tiles.v, own, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
         sync_cube();
 
         // A uniform branch: every unit of the cube takes the same pass.
         if pair_needs_masked_pass(q_start, kv_start, &params, bq, bkv, config.score) {
-            strip_gradients::<F, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, 0, own, bq, MATRIX_TILE, config, true);
+            strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, 0, own, bq, MATRIX_TILE, config, true);
         } else {
-            strip_gradients::<F, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, 0, own, bq, MATRIX_TILE, config, false);
+            strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, 0, own, bq, MATRIX_TILE, config, false);
         }
         sync_cube();
 
@@ -460,7 +471,7 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
         // column-major, 16 query rows further per step.
         #[unroll]
         for n in 0..comptime!(dv_tile / MATRIX_TILE) {
-            chain::<F, T>(
+            chain::<E, T>(
                 dv_acc.index_mut(n as usize),
                 &tiles.p,
                 own,
@@ -478,7 +489,7 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
         }
         #[unroll]
         for n in 0..comptime!(dk_tile / MATRIX_TILE) {
-            chain::<F, T>(
+            chain::<E, T>(
                 dk_acc.index_mut(n as usize),
                 &tiles.ds,
                 own,
@@ -506,7 +517,7 @@ pub fn matrix_dkdv_kernel<F: Float, M: Int, T: TileMma>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
+pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -531,15 +542,15 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
     // This plane's query rows inside the block: its 16-row strip of each pair's scores.
     let own = UNIT_POS_Y * MATRIX_TILE;
     let tensors = score_tensors(mask, bias, slopes, at.batch, at.head, config.score);
-    let mut tiles = new_pair_tiles::<F>(config);
+    let mut tiles = new_pair_tiles::<E>(config);
     let mut dq_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let k_view = head_view(k, at.batch, at.kv_head);
     let v_view = head_view(v, at.batch, at.kv_head);
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
-    stage::<F>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
-    stage::<F>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
+    stage::<F, E>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
+    stage::<F, E>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
     stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
 
     // Step 2: the visible key/value blocks, unmasked pass first; a partial query block takes the
@@ -547,29 +558,29 @@ pub fn matrix_dq_kernel<F: Float, M: Int, T: TileMma>(
     let range = kv_block_range_full_rows(q_block, &params, bq, bkv, config.score);
     for kv_block in range.start..range.end {
         let kv_start = kv_block * bkv;
-        stage::<F>(k, &k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
-        stage::<F>(v, &v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
+        stage::<F, E>(k, &k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
+        stage::<F, E>(v, &v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
         sync_cube();
 
         // S and dP of this plane's row strip, one 16x16 tile per 16 keys.
         for j in 0..comptime!(bkv / MATRIX_TILE) {
             let out_at = own * score_stride + j * MATRIX_TILE;
-            dots_tile::<F, T>(&tiles.q, own, &tiles.k, j * MATRIX_TILE, &mut tiles.s, out_at, dk_tile, dk_stride, config);
-            dots_tile::<F, T>(&tiles.d_out, own, &tiles.v, j * MATRIX_TILE, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
+            dots_tile::<E, T>(&tiles.q, own, &tiles.k, j * MATRIX_TILE, &mut tiles.s, out_at, dk_tile, dk_stride, config);
+            dots_tile::<E, T>(&tiles.d_out, own, &tiles.v, j * MATRIX_TILE, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
         sync_cube();
 
         if kv_block >= range.first_masked {
-            strip_gradients::<F, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, true);
+            strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, true);
         } else {
-            strip_gradients::<F, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, false);
+            strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, false);
         }
         sync_cube();
 
         // dQ_w += dS_w K.
         #[unroll]
         for n in 0..comptime!(dk_tile / MATRIX_TILE) {
-            chain::<F, T>(
+            chain::<E, T>(
                 dq_acc.index_mut(n as usize),
                 &tiles.ds,
                 own * prob_stride,

@@ -319,16 +319,20 @@ pub fn gradient(
     }
     // The matrix path: where cmma is registered for the dtype (never f32: cmma would round it
     // to tf32) with a plane size the tiles divide; with the stand-in, wherever it is asked for.
+    // bf16 on gfx942 with rocWMMA: f32 tiles on the f32 cmma (its bf16 fragments do not compile).
     let stand_in = asked == Some(BackwardPath::Matrix) && tuning.matrix_stand_in;
+    let f32_tiles = (problem.dtype == FloatKind::BF16 && caps.has_bf16_through_f32_cmma())
+        || (stand_in && tuning.matrix_f32_tiles);
+    let tile_type = if f32_tiles { FloatKind::F32 } else { problem.dtype };
     let cmma = problem.dtype != FloatKind::F32
-        && caps.has_matrix_units(problem.dtype)
+        && caps.has_matrix_units(tile_type)
         && caps.plane_size().is_multiple_of(MATRIX_TILE);
     // Without a preference it replaces the portable path only where the device has no
     // register mma for the dtype (not yet measured against it where the mma path cannot take
     // the layout or does not fit).
     let matrix_asked = asked == Some(BackwardPath::Matrix);
     if ((cmma && (matrix_asked || choice == GradientChoice::NoRegisterMma)) || stand_in)
-        && let Some(config) = matrix_config(caps, problem, kernel, !cmma)
+        && let Some(config) = matrix_config(caps, problem, kernel, !cmma, f32_tiles)
     {
         choice = match (matrix_asked, cmma) {
             (_, false) => GradientChoice::MatrixStandIn,
@@ -347,6 +351,7 @@ fn matrix_config(
     problem: &AttentionProblem,
     kernel: BackwardKernel,
     stand_in: bool,
+    f32_tiles: bool,
 ) -> Option<MatrixGradientConfig> {
     let candidates = MATRIX_PLANES
         .into_iter()
@@ -366,7 +371,8 @@ fn matrix_config(
                 // The stand-in needs no hardware plane: 64 units per plane keep its per-lane
                 // accumulators few (4 f32 per tile).
                 plane_size: if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() },
-                elem_bytes: problem.dtype.size() as u32,
+                elem_bytes: if f32_tiles { 4 } else { problem.dtype.size() as u32 },
+                f32_tiles,
                 score: problem.score_options(),
                 stand_in,
             }

@@ -91,6 +91,13 @@ impl<'a> DeviceCaps<'a> {
         self.props.supports_type(ElemType::Float(IrFloatKind::F64))
     }
 
+    /// Whether bf16 reaches the matrix units only as f32 (converted exactly): the runtime's bf16
+    /// cmma does not compile (HIP with rocWMMA) but it registers 16x16x16 f32 cmma (rocWMMA's
+    /// f32 MFMA on gfx942). The matrix backward stages its tiles in f32 there.
+    pub fn has_bf16_through_f32_cmma(&self) -> bool {
+        self.bf16_cmma_broken && self.has_matrix_units(FloatKind::F32)
+    }
+
     /// Whether the device registers a 16x16x16 cmma with `dtype` inputs and f32 accumulation.
     pub fn has_matrix_units(&self, dtype: FloatKind) -> bool {
         if dtype == FloatKind::BF16 && self.bf16_cmma_broken {

@@ -291,9 +291,11 @@ fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Matrix
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
         )));
     }
+    // Padded rows first at each block size (fewer bank conflicts in the fragment loads).
     MATRIX_BLOCK_KV
         .into_iter()
-        .map(|block_kv| MatrixConfig {
+        .flat_map(|block_kv| [(block_kv, true), (block_kv, false)])
+        .map(|(block_kv, padded)| MatrixConfig {
             block_q: MATRIX_PLANES * MATRIX_ROWS_PER_PLANE,
             block_kv,
             head_dim: problem.head_dim as u32,
@@ -303,6 +305,7 @@ fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Matrix
             precise_math: precise_math(problem.dtype),
             quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
+            padded,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

@@ -105,6 +105,9 @@ pub struct Tuning {
     /// run its kernels with the scalar stand-in for the fragments
     /// ([`crate::primitives::tile_mma::StandIn`]) instead of another path.
     pub matrix_stand_in: bool,
+    /// Tests: with [`Tuning::matrix_stand_in`], stage the matrix backward's tiles in f32 (the
+    /// inputs converted), as gfx942 does for bf16.
+    pub matrix_f32_tiles: bool,
 }
 
 impl Tuning {
@@ -148,6 +151,11 @@ impl Tuning {
 
     pub fn with_matrix_stand_in(mut self, stand_in: bool) -> Self {
         self.matrix_stand_in = stand_in;
+        self
+    }
+
+    pub fn with_matrix_f32_tiles(mut self, f32_tiles: bool) -> Self {
+        self.matrix_f32_tiles = f32_tiles;
         self
     }
 

@@ -12,9 +12,13 @@ use crate::support::*;
 
 /// Runs every case on the matrix backward and checks that the plan took it.
 fn run_matrix(cases: &[Case]) {
-    let matrix = tuning().with_backward_path(Some(BackwardPath::Matrix)).with_matrix_stand_in(true);
+    run_with(cases, &tuning().with_backward_path(Some(BackwardPath::Matrix)).with_matrix_stand_in(true));
+}
+
+/// [`run_matrix`] with `matrix` (a tuning that asks for the matrix path).
+fn run_with(cases: &[Case], matrix: &burn_flash_attn_kernels::plan::Tuning) {
     run_all(cases, |case| {
-        let Some(plan) = run_case_with(case, &matrix)? else { return Ok(()) };
+        let Some(plan) = run_case_with(case, matrix)? else { return Ok(()) };
         println!("{}: {plan}", case.label());
         for gradient in [&plan.dkdv, &plan.dq] {
             if gradient.config.path() != BackwardPath::Matrix {
@@ -77,6 +81,20 @@ fn matrix_backward_features_f16_bf16() {
     let mut all = feature_cases(F16);
     all.extend(feature_cases(BF16));
     run_matrix(&all);
+}
+
+/// The tiles staged in f32 (the inputs converted exactly), as gfx942 stages bf16 for its f32
+/// cmma: here by the stand-in (no f32 16x16x16 cmma on CUDA or lavapipe), f16 and bf16 inputs.
+#[test]
+fn matrix_backward_f32_tiles_stand_in() {
+    let f32_tiles = tuning()
+        .with_backward_path(Some(BackwardPath::Matrix))
+        .with_matrix_stand_in(true)
+        .with_matrix_f32_tiles(true);
+    let mut all: Vec<Case> = cases(F16).into_iter().filter(|case| case.problem().head_dim < 128).collect();
+    all.extend(cases(BF16).into_iter().filter(|case| case.problem().head_dim < 128));
+    all.push(Case::new(BF16, 192, 128, 32).quiet().dropout(0.2, 7).causal());
+    run_with(&all, &f32_tiles);
 }
 
 /// Reruns of the matrix backward are bit-identical (every sum in a fixed order, no atomics).

@@ -93,6 +93,7 @@ impl Variant {
                     GradientConfig::Portable(p) if p.atomic_dq => "-atomicdq",
                     GradientConfig::Portable(_) => "",
                     GradientConfig::Mma(_) => "-mma",
+                    GradientConfig::Matrix(m) if m.f32_tiles => "-matrix-f32tiles",
                     GradientConfig::Matrix(_) => "-matrix",
                 },
                 options_tag(c.score()),
@@ -257,44 +258,12 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
         KernelConfig::Backward(GradientConfig::Mma(_)) => {
             Err("the mma backward path has no HIP generator here".to_string())
         }
-        KernelConfig::Backward(GradientConfig::Matrix(config)) if config.kernel == BackwardKernel::KeyValue => {
-            let kernel = MatrixDkdvKernel::<F, K, Cmma, R<M>>::new(
-                settings(),
-                client,
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                score_params(),
-                config,
-            );
-            R::<M>::hip_source(kernel, GFX942)
+        KernelConfig::Backward(GradientConfig::Matrix(config)) if config.f32_tiles => {
+            // bf16 staged as f32 tiles on the f32 cmma (rocWMMA's bf16 fragments do not compile).
+            matrix_backward::<M, F, f32, K>(settings(), client, config)
         }
         KernelConfig::Backward(GradientConfig::Matrix(config)) => {
-            let kernel = MatrixDqKernel::<F, K, Cmma, R<M>>::new(
-                settings(),
-                client,
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                score_params(),
-                config,
-            );
-            R::<M>::hip_source(kernel, GFX942)
+            matrix_backward::<M, F, F, K>(settings(), client, config)
         }
         KernelConfig::Backward(GradientConfig::Portable(config)) if config.kernel == BackwardKernel::KeyValue => {
             // Which accumulator the kernel binds is a type (`DqSink`): one variant each.
@@ -350,5 +319,51 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             );
             R::<M>::hip_source(kernel, GFX942)
         }
+    }
+}
+
+/// The HIP source of a matrix gradient kernel with tiles of type `E`.
+fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int>(
+    settings: KernelSettings,
+    client: ComputeClient<OfflineHip<M>>,
+    config: burn_flash_attn_kernels::backward::MatrixGradientConfig,
+) -> Result<HipSource, String> {
+    if config.kernel == BackwardKernel::KeyValue {
+        let kernel = MatrixDkdvKernel::<F, E, K, Cmma, OfflineHip<M>>::new(
+            settings,
+            client,
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            score_params(),
+            config,
+        );
+        OfflineHip::<M>::hip_source(kernel, GFX942)
+    } else {
+        let kernel = MatrixDqKernel::<F, E, K, Cmma, OfflineHip<M>>::new(
+            settings,
+            client,
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            tensor(),
+            score_params(),
+            config,
+        );
+        OfflineHip::<M>::hip_source(kernel, GFX942)
     }
 }
