@@ -35,14 +35,8 @@ impl core::str::FromStr for ForwardPath {
 
     /// `portable`, `matrix` or `mma`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [ForwardPath::Portable, ForwardPath::Matrix, ForwardPath::Mma]
-            .into_iter()
-            .find(|path| path.name() == text)
-            .ok_or_else(|| {
-                crate::error::FlashError::InvalidTuning(format!(
-                    "forward path {text:?}: `portable`, `matrix` or `mma`"
-                ))
-            })
+        let paths = [ForwardPath::Portable, ForwardPath::Matrix, ForwardPath::Mma];
+        crate::error::parse_named(text, &paths, ForwardPath::name, "forward path")
     }
 }
 

@@ -46,3 +46,17 @@ pub enum FlashError {
     #[error("the device cannot run this kernel: {0}")]
     Device(String),
 }
+
+/// The one of `options` whose `name` is `text`, or an [`FlashError::InvalidTuning`] naming
+/// `what` and the names (the `FromStr` of the kernels' path enums).
+pub(crate) fn parse_named<T: Copy>(
+    text: &str,
+    options: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, FlashError> {
+    options.iter().copied().find(|&option| name(option) == text).ok_or_else(|| {
+        let names: Vec<String> = options.iter().map(|&option| format!("`{}`", name(option))).collect();
+        FlashError::InvalidTuning(format!("{what} {text:?}: {}", names.join(", ")))
+    })
+}

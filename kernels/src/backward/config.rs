@@ -46,14 +46,8 @@ impl core::str::FromStr for BackwardPath {
 
     /// `portable`, `mma` or `matrix`.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [BackwardPath::Portable, BackwardPath::Mma, BackwardPath::Matrix]
-            .into_iter()
-            .find(|path| path.name() == text)
-            .ok_or_else(|| {
-                crate::error::FlashError::InvalidTuning(format!(
-                    "backward path {text:?}: `portable`, `mma` or `matrix`"
-                ))
-            })
+        let paths = [BackwardPath::Portable, BackwardPath::Mma, BackwardPath::Matrix];
+        crate::error::parse_named(text, &paths, BackwardPath::name, "backward path")
     }
 }
 

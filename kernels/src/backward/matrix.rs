@@ -267,6 +267,42 @@ fn dots_tile<F: Float, T: TileMma>(
     T::store(&acc, &mut out.slice_mut(out_at as usize, len), config.score_stride(), config.plane_size);
 }
 
+/// `accs[n] += strip^T B` for each 16-column tile `n` of `b` (`[block_q, stride]`, `dim_tile`
+/// columns used): `strip` is the plane's 16-column strip of a `[block_q, prob_stride]` tile (P or
+/// dS) from column `own`, its transpose's tile (0, kk) read column-major, 16 query rows further
+/// per step.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn strip_transposed_product<E: Float, T: TileMma>(
+    accs: &mut Sequence<T::Acc>,
+    strip: &SharedMemory<E>,
+    own: u32,
+    b: &SharedMemory<E>,
+    #[comptime] dim_tile: u32,
+    #[comptime] stride: u32,
+    #[comptime] config: MatrixGradientConfig,
+) {
+    let prob_stride = comptime!(config.prob_stride());
+    #[unroll]
+    for n in 0..comptime!(dim_tile / MATRIX_TILE) {
+        chain::<E, T>(
+            accs.index_mut(n as usize),
+            strip,
+            own,
+            comptime!(MATRIX_TILE * prob_stride),
+            TileLayout::ColMajor,
+            prob_stride,
+            b,
+            n * MATRIX_TILE,
+            comptime!(MATRIX_TILE * stride),
+            TileLayout::RowMajor,
+            stride,
+            comptime!(config.block_q / MATRIX_TILE),
+            config.plane_size,
+        );
+    }
+}
+
 /// P (dK/dV kernel) and dS of the strip `[row0, row0 + rows) x [col0, col0 + cols)` of the pair,
 /// from the dots and dP in shared memory; each lane of the plane takes entries `lane + t
 /// plane_size`. `masked_pass` emits the tail, causal and mask checks.
@@ -425,7 +461,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     let (bq, bkv) = comptime!((config.block_q, config.block_kv));
     let (dk_tile, dv_tile) = comptime!((config.head_dim_tile(), config.val_dim_tile()));
     let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
-    let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
+    let score_stride = comptime!(config.score_stride());
     let (units, plane_size) = comptime!((config.units(), config.plane_size));
     let at = place::<F>(q, k);
     let kv_start = CUBE_POS_X * bkv;
@@ -467,44 +503,9 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
         }
         sync_cube();
 
-        // dV_w += P_w^T dO and dK_w += dS_w^T Q: P_w^T's tile (0, kk) is P's column strip read
-        // column-major, 16 query rows further per step.
-        #[unroll]
-        for n in 0..comptime!(dv_tile / MATRIX_TILE) {
-            chain::<E, T>(
-                dv_acc.index_mut(n as usize),
-                &tiles.p,
-                own,
-                comptime!(MATRIX_TILE * prob_stride),
-                TileLayout::ColMajor,
-                prob_stride,
-                &tiles.d_out,
-                n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dv_stride),
-                TileLayout::RowMajor,
-                dv_stride,
-                comptime!(bq / MATRIX_TILE),
-                plane_size,
-            );
-        }
-        #[unroll]
-        for n in 0..comptime!(dk_tile / MATRIX_TILE) {
-            chain::<E, T>(
-                dk_acc.index_mut(n as usize),
-                &tiles.ds,
-                own,
-                comptime!(MATRIX_TILE * prob_stride),
-                TileLayout::ColMajor,
-                prob_stride,
-                &tiles.q,
-                n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dk_stride),
-                TileLayout::RowMajor,
-                dk_stride,
-                comptime!(bq / MATRIX_TILE),
-                plane_size,
-            );
-        }
+        // dV_w += P_w^T dO and dK_w += dS_w^T Q.
+        strip_transposed_product::<E, T>(&mut dv_acc, &tiles.p, own, &tiles.d_out, dv_tile, dv_stride, config);
+        strip_transposed_product::<E, T>(&mut dk_acc, &tiles.ds, own, &tiles.q, dk_tile, dk_stride, config);
         // The next query block overwrites Q, dO and the stats.
         sync_cube();
     }
