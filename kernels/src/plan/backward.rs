@@ -6,7 +6,7 @@
 use core::fmt;
 
 use crate::backward::config::{
-    BackwardKernel, BackwardPath, GradientConfig, MatrixGradientConfig, MmaGradientConfig,
+    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig,
     PortableGradientConfig,
 };
 use crate::config::MATRIX_TILE;
@@ -18,6 +18,9 @@ use super::device::DeviceCaps;
 use super::forward::mma_fits_registers;
 use super::mma_blocks::{self, MmaBlocks};
 use super::{DQ_WIDTHS, Layout, Tuning};
+use matrix::matrix_config;
+
+mod matrix;
 
 /// Block sizes tried, largest first. Powers of two keep the work per unit even; 1 makes every
 /// head_dim fit any device with at least a few KiB of shared memory.
@@ -49,15 +52,6 @@ const MAX_ACCUMULATORS_PER_UNIT: u32 = 48;
 /// leave most of a 128-unit cube idle and, at head_dim 128, spilled scalar registers on gfx942
 /// (docs/HIP.md, known gap 2). Smaller candidates remain for fitting wide heads.
 const SMALLEST_USEFUL_BLOCK: u32 = 8;
-
-/// Planes per cube tried on the matrix path, most first (4: one per SIMD of a CDNA3 CU, as
-/// [`PLANES_PER_CUBE_AT_LEAST`]); each plane accumulates 16 outer rows.
-const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
-/// Units per plane of the matrix kernels' scalar stand-in (any count works: it uses no plane
-/// operation).
-const STAND_IN_PLANE_SIZE: u32 = 64;
-/// Inner (streamed) block rows tried on the matrix path for each plane count, largest first.
-const MATRIX_INNER: [u32; 3] = [64, 32, 16];
 
 /// Why a gradient kernel takes its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -342,42 +336,6 @@ pub fn gradient(
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))
-}
-
-/// The matrix path's config: the most planes (16 outer rows each) and then the largest inner
-/// block whose tiles fit the device; `None` where none does (e.g. head dim 256 in 64 KiB).
-fn matrix_config(
-    caps: &DeviceCaps,
-    problem: &AttentionProblem,
-    kernel: BackwardKernel,
-    stand_in: bool,
-    f32_tiles: bool,
-) -> Option<MatrixGradientConfig> {
-    let candidates = MATRIX_PLANES
-        .into_iter()
-        .flat_map(|planes| MATRIX_INNER.into_iter().map(move |inner| (planes * MATRIX_TILE, inner)));
-    candidates
-        .map(|(outer, inner)| {
-            let (block_q, block_kv) = match kernel {
-                BackwardKernel::KeyValue => (inner, outer),
-                BackwardKernel::Query => (outer, inner),
-            };
-            MatrixGradientConfig {
-                kernel,
-                block_q,
-                block_kv,
-                head_dim: problem.head_dim as u32,
-                val_dim: problem.val_dim as u32,
-                // The stand-in needs no hardware plane: 64 units per plane keep its per-lane
-                // accumulators few (4 f32 per tile).
-                plane_size: if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() },
-                elem_bytes: if f32_tiles { 4 } else { problem.dtype.size() as u32 },
-                f32_tiles,
-                score: problem.score_options(),
-                stand_in,
-            }
-        })
-        .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
 }
 
 /// The mma path's config for `blocks`: `planes` planes of 16 outer (accumulated) rows, an inner

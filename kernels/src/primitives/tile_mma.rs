@@ -85,7 +85,7 @@ pub trait TileMma: Send + Sync + 'static {
     );
 }
 
-/// Writes element `e` (row-major) of a 16x16 tile, `value * factor`, where it is in bounds
+/// Writes `value` as element `e` (row-major) of a 16x16 tile of `out`, where it is in bounds
 /// (see [`TileMma::write`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]

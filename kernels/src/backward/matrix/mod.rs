@@ -29,22 +29,20 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{
     kv_block_range_full_rows, pair_needs_masked_pass, query_block_heaviest_first, query_block_span,
 };
-use crate::primitives::score::{
-    ScoreParams, ScoreTensors, is_masked_logit, score, score_params, score_tensors,
-};
-use crate::primitives::tile_io::{HeadView, head_view, load_tile, row_stat};
+use crate::primitives::score::{ScoreParams, score_params, score_tensors};
+use crate::primitives::tile_io::{head_view, stat_view};
 use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
-use super::block_pair::entry_p_and_ds;
 use super::config::{BackwardKernel, MatrixGradientConfig};
+use tiles::{
+    chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
+    strip_transposed_product, write_rows, zero_tiles,
+};
 
-/// Bytes of alignment of every tile a fragment is loaded from or stored to (wmma needs
-/// 256-bit aligned pointers; every tile offset the kernels use is a multiple of it).
-const CMMA_ALIGN: usize = 32;
-/// Elements of one 16x16 tile: a plane's staging area when it writes its gradients.
-const TILE_ELEMENTS: u32 = MATRIX_TILE * MATRIX_TILE;
+mod tiles;
+
 
 /// Launches the matrix dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
 /// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten.
@@ -119,328 +117,6 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     }
 }
 
-/// The shared tiles of one block pair (row-major, dims padded to whole tiles, each row followed by
-/// 16 bytes of padding: [`MatrixGradientConfig::head_stride`] and the other strides).
-#[derive(CubeType)]
-struct PairTiles<F: Float> {
-    /// `[block_q, head_dim_tile]`.
-    q: SharedMemory<F>,
-    /// `[block_q, val_dim_tile]`.
-    d_out: SharedMemory<F>,
-    /// `[block_kv, head_dim_tile]`.
-    k: SharedMemory<F>,
-    /// `[block_kv, val_dim_tile]`.
-    v: SharedMemory<F>,
-    /// `[block_q, block_kv]` f32: the raw dots `q · k`; at the end, each plane's staging tile.
-    s: SharedMemory<f32>,
-    /// `[block_q, block_kv]` f32: `dO · v`.
-    dp: SharedMemory<f32>,
-    /// `[block_q, block_kv]`: P (dK/dV kernel; one tile's worth, unused, in the dQ kernel).
-    p: SharedMemory<F>,
-    /// `[block_q, block_kv]`: dS.
-    ds: SharedMemory<F>,
-    /// `[block_q]`: the forward's log-sum-exp of each query row.
-    lse: SharedMemory<f32>,
-    /// `[block_q]`: `rowsum(d_out ∘ o)`.
-    delta: SharedMemory<f32>,
-}
-
-#[cube]
-fn new_pair_tiles<F: Float>(#[comptime] config: MatrixGradientConfig) -> PairTiles<F> {
-    let (bq, bkv) = comptime!((config.block_q as usize, config.block_kv as usize));
-    let (dk, dv) = comptime!((config.head_stride() as usize, config.val_stride() as usize));
-    let (scores, probs) = comptime!((bq * config.score_stride() as usize, bq * config.prob_stride() as usize));
-    let p_len = comptime!(if config.keeps_p() { probs } else { TILE_ELEMENTS as usize });
-    PairTiles::<F> {
-        q: SharedMemory::new_aligned(comptime!(bq * dk), CMMA_ALIGN),
-        d_out: SharedMemory::new_aligned(comptime!(bq * dv), CMMA_ALIGN),
-        k: SharedMemory::new_aligned(comptime!(bkv * dk), CMMA_ALIGN),
-        v: SharedMemory::new_aligned(comptime!(bkv * dv), CMMA_ALIGN),
-        s: SharedMemory::new_aligned(scores, CMMA_ALIGN),
-        dp: SharedMemory::new_aligned(scores, CMMA_ALIGN),
-        p: SharedMemory::new_aligned(p_len, CMMA_ALIGN),
-        ds: SharedMemory::new_aligned(probs, CMMA_ALIGN),
-        lse: SharedMemory::new(comptime!(bq)),
-        delta: SharedMemory::new(comptime!(bq)),
-    }
-}
-
-/// Where the cube's block pair sits: its (batch, head), the query and key/value heads' views.
-#[derive(CubeType, Clone, Copy)]
-struct Place {
-    batch: u32,
-    head: u32,
-    kv_head: u32,
-}
-
-#[cube]
-fn place<F: Float>(q: &Tensor<F>, k: &Tensor<F>) -> Place {
-    let heads = q.shape(1) as u32;
-    let head = CUBE_POS_Y % heads;
-    Place {
-        batch: CUBE_POS_Y / heads,
-        head,
-        kv_head: head / (heads / k.shape(1) as u32),
-    }
-}
-
-/// `count` zero accumulators.
-#[cube]
-fn zero_tiles<T: TileMma>(#[comptime] count: u32, #[comptime] plane_size: u32) -> Sequence<T::Acc> {
-    let mut tiles = Sequence::<T::Acc>::new();
-    #[unroll]
-    for _ in 0..count {
-        tiles.push(T::zero(plane_size));
-    }
-    tiles
-}
-
-/// `acc += Σ_kk A_kk B_kk` over `steps` tile steps: A's tile `kk` at `a[a_at + kk a_step]`, B's
-/// at `b[b_at + kk b_step]`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn chain<F: Float, T: TileMma>(
-    acc: &mut T::Acc,
-    a: &SharedMemory<F>,
-    a_at: u32,
-    #[comptime] a_step: u32,
-    #[comptime] a_layout: TileLayout,
-    #[comptime] a_stride: u32,
-    b: &SharedMemory<F>,
-    b_at: u32,
-    #[comptime] b_step: u32,
-    #[comptime] b_layout: TileLayout,
-    #[comptime] b_stride: u32,
-    #[comptime] steps: u32,
-    #[comptime] plane_size: u32,
-) {
-    // A loop the compilers unroll where it pays (CUDA's and HIP's do for these short counts),
-    // not copies in the source: smaller sources compile faster (lavapipe's LLVM by minutes).
-    for kk in 0..steps {
-        T::execute::<F>(
-            acc,
-            &a.slice((a_at + kk * a_step) as usize, a.len()),
-            a_layout,
-            a_stride,
-            &b.slice((b_at + kk * b_step) as usize, b.len()),
-            b_layout,
-            b_stride,
-            plane_size,
-        );
-    }
-}
-
-/// `out[tile] = A B^T` over the head (or value) dim, for one 16x16 tile of S (or dP): A's 16
-/// rows start at row `a_row` of `a`, B's at row `b_row` of `b` (both `[rows, stride]`, `dim_tile`
-/// columns used), the tile is stored at `out[out_at]`, `score_stride` per row.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn dots_tile<F: Float, T: TileMma>(
-    a: &SharedMemory<F>,
-    a_row: u32,
-    b: &SharedMemory<F>,
-    b_row: u32,
-    out: &mut SharedMemory<f32>,
-    out_at: u32,
-    #[comptime] dim_tile: u32,
-    #[comptime] stride: u32,
-    #[comptime] config: MatrixGradientConfig,
-) {
-    let mut acc = T::zero(config.plane_size);
-    chain::<F, T>(
-        &mut acc,
-        a,
-        a_row * stride,
-        MATRIX_TILE,
-        TileLayout::RowMajor,
-        stride,
-        b,
-        b_row * stride,
-        MATRIX_TILE,
-        // B^T's tile (kk, n): row-major B read column-major.
-        TileLayout::ColMajor,
-        stride,
-        comptime!(dim_tile / MATRIX_TILE),
-        config.plane_size,
-    );
-    let len = out.len();
-    T::store(&acc, &mut out.slice_mut(out_at as usize, len), config.score_stride(), config.plane_size);
-}
-
-/// `accs[n] += strip^T B` for each 16-column tile `n` of `b` (`[block_q, stride]`, `dim_tile`
-/// columns used): `strip` is the plane's 16-column strip of a `[block_q, prob_stride]` tile (P or
-/// dS) from column `own`, its transpose's tile (0, kk) read column-major, 16 query rows further
-/// per step.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn strip_transposed_product<E: Float, T: TileMma>(
-    accs: &mut Sequence<T::Acc>,
-    strip: &SharedMemory<E>,
-    own: u32,
-    b: &SharedMemory<E>,
-    #[comptime] dim_tile: u32,
-    #[comptime] stride: u32,
-    #[comptime] config: MatrixGradientConfig,
-) {
-    let prob_stride = comptime!(config.prob_stride());
-    #[unroll]
-    for n in 0..comptime!(dim_tile / MATRIX_TILE) {
-        chain::<E, T>(
-            accs.index_mut(n as usize),
-            strip,
-            own,
-            comptime!(MATRIX_TILE * prob_stride),
-            TileLayout::ColMajor,
-            prob_stride,
-            b,
-            n * MATRIX_TILE,
-            comptime!(MATRIX_TILE * stride),
-            TileLayout::RowMajor,
-            stride,
-            comptime!(config.block_q / MATRIX_TILE),
-            config.plane_size,
-        );
-    }
-}
-
-/// P (dK/dV kernel) and dS of the strip `[row0, row0 + rows) x [col0, col0 + cols)` of the pair,
-/// from the dots and dP in shared memory; each lane of the plane takes entries `lane + t
-/// plane_size`. `masked_pass` emits the tail, causal and mask checks.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn strip_gradients<F: Float, E: Float, M: Int>(
-    mask: &Tensor<M>,
-    bias: &Tensor<F>,
-    params: &ScoreParams,
-    tensors: &ScoreTensors,
-    tiles: &mut PairTiles<E>,
-    q_start: u32,
-    kv_start: u32,
-    row0: u32,
-    col0: u32,
-    #[comptime] rows: u32,
-    #[comptime] cols: u32,
-    #[comptime] config: MatrixGradientConfig,
-    #[comptime] masked_pass: bool,
-) {
-    let entries = comptime!(rows * cols);
-    for t in 0..comptime!(entries.div_ceil(config.plane_size)) {
-        let e = UNIT_POS_X + t * config.plane_size;
-        if e < entries {
-            let (i, j) = (row0 + e / cols, col0 + e % cols);
-            let at = (i * config.score_stride() + j) as usize;
-            let prob_at = (i * config.prob_stride() + j) as usize;
-            let dot = tiles.s[at];
-            let logit = score::<F, M>(
-                dot,
-                q_start + i,
-                kv_start + j,
-                params,
-                tensors,
-                mask,
-                bias,
-                config.score,
-                masked_pass,
-            );
-            let mut p = 0.0f32;
-            let mut ds = 0.0f32;
-            // Masked: P = 0 and dS = 0 exactly (see `recompute_p_and_ds`).
-            if !is_masked_logit(logit) {
-                let (entry_p, entry_ds) = entry_p_and_ds(
-                    logit,
-                    dot,
-                    tiles.dp[at],
-                    tiles.lse[i as usize],
-                    tiles.delta[i as usize],
-                    q_start + i,
-                    kv_start + j,
-                    params,
-                    config.score,
-                );
-                p = entry_p;
-                ds = entry_ds;
-            }
-            if comptime!(config.keeps_p()) {
-                tiles.p[prob_at] = E::cast_from(p);
-            }
-            tiles.ds[prob_at] = E::cast_from(ds);
-        }
-    }
-}
-
-/// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile` (converted
-/// to the tiles' type `E`), padded.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn stage<F: Float, E: Float>(
-    tensor: &Tensor<F>,
-    view: &HeadView,
-    tile: &mut SharedMemory<E>,
-    start: u32,
-    #[comptime] rows: u32,
-    #[comptime] dim: u32,
-    #[comptime] dim_tile: u32,
-    #[comptime] units: u32,
-) {
-    load_tile::<F, E>(tensor, view, &mut tile.to_slice_mut(), start, rows, dim, dim_tile, units);
-}
-
-/// Loads the lse and delta of query rows `[q_start, q_start + rows)` (0 past seq_q).
-#[cube]
-fn stage_stats<E: Float>(
-    lse: &Tensor<f32>,
-    delta: &Tensor<f32>,
-    tiles: &mut PairTiles<E>,
-    at: Place,
-    q_start: u32,
-    #[comptime] rows: u32,
-    #[comptime] units: u32,
-) {
-    let mut r = UNIT_POS;
-    while r < rows {
-        tiles.lse[r as usize] = row_stat(lse, at.batch, at.head, q_start + r);
-        tiles.delta[r as usize] = row_stat(delta, at.batch, at.head, q_start + r);
-        r += units;
-    }
-}
-
-/// Writes this plane's 16 rows of a gradient (`dim` columns, accumulators `tiles`) to `out`'s
-/// rows from `first_row`, times `factor` ([`TileMma::write`], through the plane's 16x16 part of
-/// `staging`). Rows past `rows_end` and columns past `dim` are not written.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn write_rows<F: Float, T: TileMma>(
-    out: &mut Tensor<F>,
-    tiles: &Sequence<T::Acc>,
-    staging: &mut SharedMemory<f32>,
-    batch: u32,
-    head: u32,
-    first_row: u32,
-    rows_end: u32,
-    factor: f32,
-    #[comptime] dim: u32,
-    #[comptime] config: MatrixGradientConfig,
-) {
-    let base = batch as usize * out.stride(0) + head as usize * out.stride(1);
-    let own = UNIT_POS_Y * TILE_ELEMENTS;
-    let len = staging.len();
-    #[unroll]
-    for n in 0..comptime!(dim.div_ceil(MATRIX_TILE)) {
-        T::write::<F>(
-            tiles.index(n as usize),
-            out,
-            base,
-            first_row,
-            n * MATRIX_TILE,
-            rows_end,
-            dim,
-            factor,
-            &mut staging.slice_mut(own as usize, len),
-            config.plane_size,
-        );
-    }
-}
-
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
@@ -469,6 +145,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     let own = UNIT_POS_Y * MATRIX_TILE;
     let tensors = score_tensors(mask, bias, slopes, at.batch, at.head, config.score);
     let mut tiles = new_pair_tiles::<E>(config);
+    let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dk_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let mut dv_acc = zero_tiles::<T>(comptime!(dv_tile / MATRIX_TILE), plane_size);
     let q_view = head_view(q, at.batch, at.head);
@@ -484,7 +161,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
         let q_start = q_block * bq;
         stage::<F, E>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
         stage::<F, E>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
-        stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
+        stage_stats(lse, delta, &stats, &mut tiles, q_start, bq, units);
         sync_cube();
 
         // S and dP of this plane's column strip, one 16x16 tile per 16 query rows.
@@ -544,6 +221,7 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     let own = UNIT_POS_Y * MATRIX_TILE;
     let tensors = score_tensors(mask, bias, slopes, at.batch, at.head, config.score);
     let mut tiles = new_pair_tiles::<E>(config);
+    let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dq_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let k_view = head_view(k, at.batch, at.kv_head);
     let v_view = head_view(v, at.batch, at.kv_head);
@@ -552,7 +230,7 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     // visible.
     stage::<F, E>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
     stage::<F, E>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
-    stage_stats(lse, delta, &mut tiles, at, q_start, bq, units);
+    stage_stats(lse, delta, &stats, &mut tiles, q_start, bq, units);
 
     // Step 2: the visible key/value blocks, unmasked pass first; a partial query block takes the
     // masked pass everywhere (its rows past seq_q must not read the bias).

@@ -1,0 +1,117 @@
+//! [`MatrixGradientConfig`]: the matrix gradient kernels' blocks, tile strides and shared
+//! memory.
+use crate::config::MATRIX_TILE;
+
+use super::{BackwardKernel, F32_BYTES, outer_inner};
+use crate::primitives::score::ScoreOptions;
+
+/// The matrix gradient kernels ([`crate::backward::matrix`]): one plane per 16 accumulated rows (its
+/// gradient rows held in 16x16 cmma accumulators for the whole run), the inner block and the
+/// pair's S, dP, P and dS in shared memory. Each plane computes its own 16-column (dK/dV) or
+/// 16-row (dQ) strip of the pair's scores, so only its own strip passes through its products.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatrixGradientConfig {
+    pub kernel: BackwardKernel,
+    /// Query rows per tile (a multiple of 16).
+    pub block_q: u32,
+    /// Key/value rows per tile (a multiple of 16).
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns); tiles pad it to 16 with zeros.
+    pub head_dim: u32,
+    /// Exact val_dim (v, o, d_out columns); tiles pad it to 16 with zeros.
+    pub val_dim: u32,
+    /// Units per plane (32 on NVIDIA, 64 on AMD wave64).
+    pub plane_size: u32,
+    /// Bytes per element of the operand tiles: the inputs' (staged in their type), or 4 with
+    /// `f32_tiles`.
+    pub elem_bytes: u32,
+    /// The operand tiles are f32, the inputs converted exactly, on f32 cmma: bf16 on gfx942,
+    /// whose rocWMMA bf16 fragments do not compile (docs/HIP.md), takes the f32 MFMA.
+    pub f32_tiles: bool,
+    pub score: ScoreOptions,
+    /// Products by a scalar stand-in for cmma with the fragments' shapes (each lane owns fixed
+    /// elements of a 16x16 tile): the same kernels on devices without cmma, for the tests
+    /// ([`crate::plan::Tuning::matrix_stand_in`]). Never planned otherwise.
+    pub stand_in: bool,
+}
+
+impl MatrixGradientConfig {
+    /// Rows of the accumulated gradients: block_kv for dK/dV, block_q for dQ.
+    pub fn accumulated_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).0
+    }
+
+    /// Rows of the inner (streamed) block.
+    pub fn inner_rows(&self) -> u32 {
+        outer_inner(self.kernel, self.block_q, self.block_kv).1
+    }
+
+    /// Planes per cube: one per 16 accumulated rows.
+    pub fn planes(&self) -> u32 {
+        self.accumulated_rows() / MATRIX_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.planes() * self.plane_size
+    }
+
+    /// Row length of the Q, dQ and K tiles: head_dim padded to the tile.
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row length of the dO and V tiles: val_dim padded to the tile.
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Whether the P tile is kept (dV needs it; dQ only needs dS).
+    pub fn keeps_p(&self) -> bool {
+        self.kernel == BackwardKernel::KeyValue
+    }
+
+    /// Row stride of a tile of `cols` elements of `bytes` each: 16 bytes of padding, so that
+    /// the 8 rows a fragment load reads at once start in 8 different groups of 4 shared-memory
+    /// banks (unpadded, rows of 64 or 128 bytes multiples all start in the same banks). Rows
+    /// of 16 tiles stay 32-byte aligned, as fragment loads need.
+    fn padded(cols: u32, bytes: u32) -> u32 {
+        cols + MATRIX_PAD_BYTES / bytes
+    }
+
+    /// Row stride of the Q and K tiles (dtype elements).
+    pub fn head_stride(&self) -> u32 {
+        Self::padded(self.head_dim_tile(), self.elem_bytes)
+    }
+
+    /// Row stride of the dO and V tiles (dtype elements).
+    pub fn val_stride(&self) -> u32 {
+        Self::padded(self.val_dim_tile(), self.elem_bytes)
+    }
+
+    /// Row stride of the f32 S and dP tiles.
+    pub fn score_stride(&self) -> u32 {
+        Self::padded(self.block_kv, F32_BYTES as u32)
+    }
+
+    /// Row stride of the P and dS tiles (dtype elements).
+    pub fn prob_stride(&self) -> u32 {
+        Self::padded(self.block_kv, self.elem_bytes)
+    }
+
+    /// Shared memory the kernel declares, in bytes: Q, dO, K, V and (dK/dV) P in the dtype, dS
+    /// too; S and dP in f32; lse and delta.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
+        let probs = bq * self.prob_stride() as usize;
+        // The dQ kernel declares one tile's worth of P, unused (a shared array cannot be empty).
+        let p = if self.keeps_p() { probs } else { (MATRIX_TILE * MATRIX_TILE) as usize };
+        let staged = (bq + bkv) * (dk + dv) + probs + p;
+        let scores = bq * self.score_stride() as usize;
+        staged * self.elem_bytes as usize + (2 * scores + 2 * bq) * F32_BYTES
+    }
+}
+
+/// Bytes of padding at the end of every row of the matrix gradient kernels' tiles.
+const MATRIX_PAD_BYTES: u32 = 16;

@@ -1,0 +1,52 @@
+//! The matrix gradient kernels' blocks ([`MatrixGradientConfig`]), for [`super::gradient`].
+use crate::backward::config::{BackwardKernel, GradientConfig, MatrixGradientConfig};
+use crate::config::MATRIX_TILE;
+use crate::problem::{AttentionProblem, FloatKind};
+
+use super::super::device::DeviceCaps;
+use super::fits;
+
+/// Planes per cube tried on the matrix path, most first (4: one per SIMD of a CDNA3 CU, as
+/// [`super::PLANES_PER_CUBE_AT_LEAST`]); each plane accumulates 16 outer rows.
+const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
+/// Units per plane of the matrix kernels' scalar stand-in (any count works: it uses no plane
+/// operation).
+const STAND_IN_PLANE_SIZE: u32 = 64;
+/// Inner (streamed) block rows tried on the matrix path for each plane count, largest first.
+const MATRIX_INNER: [u32; 3] = [64, 32, 16];
+
+/// The matrix path's config: the most planes (16 outer rows each) and then the largest inner
+/// block whose tiles fit the device; `None` where none does (e.g. head dim 256 in 64 KiB).
+pub(super) fn matrix_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    kernel: BackwardKernel,
+    stand_in: bool,
+    f32_tiles: bool,
+) -> Option<MatrixGradientConfig> {
+    let candidates = MATRIX_PLANES
+        .into_iter()
+        .flat_map(|planes| MATRIX_INNER.into_iter().map(move |inner| (planes * MATRIX_TILE, inner)));
+    candidates
+        .map(|(outer, inner)| {
+            let (block_q, block_kv) = match kernel {
+                BackwardKernel::KeyValue => (inner, outer),
+                BackwardKernel::Query => (outer, inner),
+            };
+            MatrixGradientConfig {
+                kernel,
+                block_q,
+                block_kv,
+                head_dim: problem.head_dim as u32,
+                val_dim: problem.val_dim as u32,
+                // The stand-in needs no hardware plane: 64 units per plane keep its per-lane
+                // accumulators few (4 f32 per tile).
+                plane_size: if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() },
+                elem_bytes: if f32_tiles { FloatKind::F32.size() as u32 } else { problem.dtype.size() as u32 },
+                f32_tiles,
+                score: problem.score_options(),
+                stand_in,
+            }
+        })
+        .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
+}
