@@ -1,0 +1,127 @@
+//! [`MatrixConfig`]: the matrix forward's blocks, tile strides and shared memory.
+use super::{F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
+use crate::primitives::score::ScoreOptions;
+
+/// The matrix kernel (`forward/matrix.rs`): cmma fragments on tiles staged in the dtype,
+/// the softmax through shared memory. Each plane owns 16 query rows.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatrixConfig {
+    /// Query rows per cube (16 per plane).
+    pub block_q: u32,
+    /// Key/value rows per iteration of the main loop (a multiple of the tile).
+    pub block_kv: u32,
+    /// Exact head_dim (q, k columns).
+    pub head_dim: u32,
+    /// Exact val_dim (v, o columns).
+    pub val_dim: u32,
+    /// Units per plane (32 on NVIDIA, 64 on AMD wave64): `plane_size / 16` units share a row.
+    pub plane_size: u32,
+    /// Bytes per element of q, k, v (the tiles are staged in that type).
+    pub elem_bytes: u32,
+    /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
+    pub precise_math: bool,
+    /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).
+    pub quiet_softmax: bool,
+    pub score: ScoreOptions,
+    /// 16 bytes of padding after every tile row ([`Self::head_stride`]); the planner drops it
+    /// where the padded tiles do not fit (head dim 128 in an MI300X's 64 KiB).
+    pub padded: bool,
+}
+
+impl MatrixConfig {
+    /// Elements of `bytes` each in a row's padding.
+    fn pad(&self, bytes: u32) -> u32 {
+        if self.padded { MATRIX_PAD_BYTES / bytes } else { 0 }
+    }
+
+    /// Units sharing one query row.
+    pub fn units_per_row(&self) -> u32 {
+        self.plane_size / MATRIX_TILE
+    }
+
+    /// Units per cube.
+    pub fn units(&self) -> u32 {
+        self.block_q * self.units_per_row()
+    }
+
+    /// Planes per cube: 16 query rows each.
+    pub fn num_planes(&self) -> u32 {
+        self.units() / self.plane_size
+    }
+
+    /// Columns of S each unit handles.
+    pub fn kv_cols_per_unit(&self) -> u32 {
+        self.block_kv / self.units_per_row()
+    }
+
+    /// Columns of O each unit accumulates.
+    pub fn out_cols_per_unit(&self) -> u32 {
+        self.val_dim_tile().div_ceil(self.units_per_row())
+    }
+
+    /// Row length of the Q and K tiles: padded to the cmma tile (the padding is zero).
+    pub fn head_dim_tile(&self) -> u32 {
+        self.head_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row length of the V tile and of the O block (padded to the tile).
+    pub fn val_dim_tile(&self) -> u32 {
+        self.val_dim.next_multiple_of(MATRIX_TILE)
+    }
+
+    /// Row stride of the Q and K tiles (dtype elements): with `padded`, 16 bytes after each row,
+    /// so that the 8 rows a fragment load reads at once start in different shared-memory banks
+    /// (unpadded, rows of a multiple of 128 bytes all start in the same ones); rows of 16 tiles
+    /// stay 32-byte aligned, as fragment loads need.
+    pub fn head_stride(&self) -> u32 {
+        self.head_dim_tile() + self.pad(self.elem_bytes)
+    }
+
+    /// Row stride of the V tile (dtype elements), padded as [`Self::head_stride`].
+    pub fn val_stride(&self) -> u32 {
+        self.val_dim_tile() + self.pad(self.elem_bytes)
+    }
+
+    /// Row stride of the f32 S tile, padded.
+    pub fn score_stride(&self) -> u32 {
+        self.block_kv + self.pad(F32_BYTES as u32)
+    }
+
+    /// Row stride of the P tile (dtype elements), padded.
+    pub fn prob_stride(&self) -> u32 {
+        self.block_kv + self.pad(self.elem_bytes)
+    }
+
+    /// Row stride of the f32 `P V` tile, padded.
+    pub fn out_stride(&self) -> u32 {
+        self.val_dim_tile() + self.pad(F32_BYTES as u32)
+    }
+
+    /// Shared memory the kernel declares, in bytes.
+    pub fn shared_memory_bytes(&self) -> usize {
+        let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
+        let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
+        let partials = 2 * bq * self.units_per_row() as usize * F32_BYTES;
+        let staged = (bq * dk + bkv * dk + bkv * dv + bq * self.prob_stride() as usize) * self.elem_bytes as usize;
+        let f32_tiles = bq * (self.score_stride() + self.out_stride()) as usize * F32_BYTES;
+        staged + f32_tiles + partials
+    }
+}
+
+/// Bytes of padding after every row of the matrix forward's tiles.
+const MATRIX_PAD_BYTES: u32 = 16;
+
+impl SplitsRows for MatrixConfig {
+    fn split(&self) -> RowSplit {
+        RowSplit {
+            block_q: self.block_q,
+            block_kv: self.block_kv,
+            val_dim: self.val_dim,
+            units_per_row: self.units_per_row(),
+            out_cols_per_unit: self.out_cols_per_unit(),
+            precise_math: self.precise_math,
+            quiet_softmax: self.quiet_softmax,
+            score: self.score,
+        }
+    }
+}
