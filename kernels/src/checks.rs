@@ -103,9 +103,10 @@ pub(crate) fn check_plan_fits<R: Runtime>(
     Ok(())
 }
 
-/// Checks that the client's device can run a matrix gradient plan (`stand_in` plans run
-/// anywhere): cmma registered for `dtype`, and planes a whole number of the device's planes (a
-/// cmma tile is a plane-wide operation). A plan made for another device gets a typed error here.
+/// Checks that the client's device can run a matrix plan, forward or gradient (`stand_in` plans
+/// run anywhere, and are not checked): cmma registered for the tiles' type `dtype` (f32 for
+/// f32 tiles), and planes a whole number of the device's planes (a cmma tile is a plane-wide
+/// operation). A plan made for another device gets a typed error here.
 pub(crate) fn check_cmma<R: Runtime>(
     client: &ComputeClient<R>,
     dtype: FloatKind,

@@ -304,6 +304,11 @@ pub struct MmaConfig {
     /// leaves it false (measured slower on the H200: see `plan::mma_blocks`); the codegen tests
     /// and the register dumps expand both forms.
     pub never_masked: bool,
+    /// Where Q is re-read from its shared tile (not [`Self::mma_q_in_registers`]), `S = Q K^T`
+    /// is a loop over the head dim's k steps in the generated source instead of unrolled:
+    /// nothing in registers is indexed by the step. The compiler may still unroll it; the
+    /// source, and the first call's compilation, shrink (`scripts/cuda_offline_sass.sh`).
+    pub rolled_steps: bool,
 }
 
 impl MmaConfig {

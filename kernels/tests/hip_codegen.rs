@@ -23,6 +23,7 @@ use burn_flash_attn_kernels::plan::DeviceCaps;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind, Window};
 use hip_offline::checks::{WAVE, needs_rocwmma, violations};
 use burn_flash_attn_kernels::backward::GradientConfig;
+use burn_flash_attn_kernels::config::ForwardConfig;
 use hip_offline::variants::{KernelConfig, Variant, hip_source, routed_variants};
 use hip_offline::{GFX942, Intrinsics, MI300X_LDS_BYTES, MatrixCores, OfflineHip, RocWmma};
 
@@ -285,7 +286,7 @@ fn gfx942_rocwmma_bf16_claims_the_matrix_path_only_on_f32_tiles() {
     let wrong: Vec<&String> = bf16
         .iter()
         .filter(|(_, variant)| match variant.kernel {
-            KernelConfig::Forward(_) => variant.claims_matrix(),
+            KernelConfig::Forward(ForwardConfig::Matrix(config)) => !config.f32_tiles,
             KernelConfig::Backward(GradientConfig::Matrix(config)) => !config.f32_tiles,
             _ => false,
         })
@@ -297,7 +298,13 @@ fn gfx942_rocwmma_bf16_claims_the_matrix_path_only_on_f32_tiles() {
         wrong.len(),
         &wrong[..wrong.len().min(3)]
     );
-    assert!(bf16.iter().any(|(_, variant)| variant.claims_matrix()), "bf16 takes the f32-tile matrix backward");
+    let f32_tiles = |forward: bool| {
+        bf16.iter().any(|(_, variant)| {
+            variant.claims_matrix() && matches!(variant.kernel, KernelConfig::Forward(_)) == forward
+        })
+    };
+    assert!(f32_tiles(true), "bf16 takes the f32-tile matrix forward");
+    assert!(f32_tiles(false), "bf16 takes the f32-tile matrix backward");
 }
 
 /// The shared-memory layout of every compiled variant (all but the matrix forward's) is the

@@ -10,6 +10,7 @@ mod support;
 use burn_flash_attn_kernels::config::{ForwardConfig, ForwardPath, MatrixConfig};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
+use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
 use cubecl::prelude::*;
 use support::cuda_codegen::{cuda_source, dump, settings};
 use support::kernel_args::score_params;
@@ -17,7 +18,7 @@ use support::{planning, problem};
 
 fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfig) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
-    cuda_source(FlashAttentionForwardMatrixKernel::<F, M, support::TestRuntime>::new(
+    cuda_source(FlashAttentionForwardMatrixKernel::<F, F, M, Cmma, support::TestRuntime>::new(
         settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
         client.clone(),
         tensor(),

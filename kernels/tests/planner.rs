@@ -2,7 +2,7 @@
 //! test client itself), and MI300X / H200 properties built on top of it.
 mod support;
 
-use burn_flash_attn_kernels::plan::{DeviceCaps, Tuning};
+use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Tuning};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
@@ -106,12 +106,40 @@ fn mi300x_takes_the_matrix_path_for_f16_where_it_fits() {
     let client = support::client();
     let props = mi300x(client.properties());
     assert_eq!(path(&props, FloatKind::F16, 128), ForwardPath::Matrix);
-    // head_dim 256 matrix tiles exceed 64 KiB of LDS: the portable path takes over.
-    assert_eq!(path(&props, FloatKind::F16, 256), ForwardPath::Portable);
+    // Without bf16 cmma (this device registers f16 only), bf16 takes the portable path.
     assert_eq!(path(&props, FloatKind::BF16, 128), ForwardPath::Portable);
-    let plan = planning::forward_plan(&props, &problem(FloatKind::F16, 64), None).expect("planned");
-    let ForwardConfig::Matrix(matrix) = plan.config else { panic!("f16 on MI300X: the matrix path") };
-    assert_eq!(matrix.units_per_row(), 4, "wave64: 64 lanes over 16 rows");
+    let matrix = |props: &cubecl::ir::DeviceProperties, runtime: &str, dtype: FloatKind, head_dim: usize| {
+        let caps = DeviceCaps::new(props, runtime);
+        let plan = planning::forward_plan_for(&caps, &problem(dtype, head_dim), Layout::CHUNKED, None).expect("planned");
+        println!("{runtime} {dtype:?} hd{head_dim}: {plan}");
+        assert!(plan.config.shared_memory_bytes() <= support::MI300X_SHARED_MEMORY, "{plan}");
+        let ForwardConfig::Matrix(matrix) = plan.config else { panic!("{dtype:?} hd{head_dim}: {plan}") };
+        matrix
+    };
+    let f16 = matrix(&props, planning::SIMULATED, FloatKind::F16, 64);
+    assert_eq!(f16.units_per_row(), 4, "wave64: 64 lanes over 16 rows");
+    assert_eq!((f16.block_q, f16.f32_tiles), (64, false));
+    // head_dim 256: 4 planes of matrix tiles exceed 64 KiB of LDS; fewer planes fit.
+    assert!(matrix(&props, planning::SIMULATED, FloatKind::F16, 256).block_q < 64);
+    // What cubecl-hip with rocWMMA registers (f16, bf16 and f32 cmma) on a HIP runtime, whose
+    // bf16 fragments do not compile: bf16 takes the matrix path on f32 tiles, with fewer planes
+    // where 4 do not fit (head dim 128).
+    let rocwmma = support::simulated_device(
+        client.properties(),
+        support::MI300X_PLANE_SIZE,
+        support::MI300X_SHARED_MEMORY,
+        &[FloatKind::F16, FloatKind::BF16, FloatKind::F32],
+    );
+    for (head_dim, block_q) in [(64, 64), (128, 32)] {
+        let bf16 = matrix(&rocwmma, "hip", FloatKind::BF16, head_dim);
+        assert_eq!((bf16.f32_tiles, bf16.elem_bytes, bf16.block_q), (true, 4, block_q), "hd{head_dim}");
+        let f16 = matrix(&rocwmma, "hip", FloatKind::F16, head_dim);
+        assert_eq!((f16.f32_tiles, f16.block_q), (false, 64), "hd{head_dim}");
+    }
+    // f32 inputs never take cmma (it would round them to tf32).
+    let f32 = planning::forward_plan_for(&DeviceCaps::new(&rocwmma, "hip"), &problem(FloatKind::F32, 64), Layout::CHUNKED, None)
+        .expect("planned");
+    assert_eq!(f32.config.path(), ForwardPath::Portable, "{f32}");
 }
 
 #[test]

@@ -304,6 +304,9 @@ pub struct MmaGradientConfig {
     /// No block pair can need the masked pass (the planner's
     /// [`crate::primitives::block_range::never_masked`]): it is not compiled.
     pub never_masked: bool,
+    /// The products over the head dim (`S = Q K^T`, `dP = dO V^T` and their transposes) as
+    /// loops over their k steps in the generated source ([`crate::config::MmaConfig::rolled_steps`]).
+    pub rolled_steps: bool,
 }
 
 impl MmaGradientConfig {

@@ -120,7 +120,8 @@ pub fn flash_attention_backward<R: Runtime>(
         if let GradientConfig::Matrix(matrix) = config
             && !matrix.stand_in
         {
-            check_cmma(client, problem.dtype, matrix.plane_size)?;
+            let tiles = if matrix.f32_tiles { FloatKind::F32 } else { problem.dtype };
+            check_cmma(client, tiles, matrix.plane_size)?;
         }
         let mma = config.path() == BackwardPath::Mma;
         check_plan_fits(

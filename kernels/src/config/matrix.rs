@@ -2,8 +2,9 @@
 use super::{F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
 use crate::primitives::score::ScoreOptions;
 
-/// The matrix kernel (`forward/matrix.rs`): cmma fragments on tiles staged in the dtype,
-/// the softmax through shared memory. Each plane owns 16 query rows.
+/// The matrix kernel (`forward/matrix.rs`): 16x16x16 tile products (cmma, or the scalar
+/// stand-in) on tiles staged in the dtype or in f32, the softmax through shared memory. Each
+/// plane owns 16 query rows.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct MatrixConfig {
     /// Query rows per cube (16 per plane).
@@ -16,8 +17,15 @@ pub struct MatrixConfig {
     pub val_dim: u32,
     /// Units per plane (32 on NVIDIA, 64 on AMD wave64): `plane_size / 16` units share a row.
     pub plane_size: u32,
-    /// Bytes per element of q, k, v (the tiles are staged in that type).
+    /// Bytes per element of the Q, K, V and P tiles: the dtype's, or 4 with `f32_tiles`.
     pub elem_bytes: u32,
+    /// The tiles are f32 (the inputs converted exactly) and the products run on the f32 cmma:
+    /// bf16 on gfx942, whose bf16 fragments rocWMMA cannot compile (as
+    /// [`crate::backward::config::MatrixGradientConfig::f32_tiles`]).
+    pub f32_tiles: bool,
+    /// The products run on the scalar stand-in for the fragments
+    /// ([`crate::primitives::tile_mma::StandIn`]; tests on devices without cmma).
+    pub stand_in: bool,
     /// ~1 ulp exp / ln instead of the device built-ins (see `primitives::precise_math`).
     pub precise_math: bool,
     /// Quiet softmax ([`crate::problem::AttentionProblem::quiet_softmax`]).

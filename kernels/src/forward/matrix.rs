@@ -1,15 +1,18 @@
-//! The matrix forward path: `S = Q K^T` and `P V` on 16x16x16 `cmma` fragments, the online
-//! softmax through shared memory.
+//! The matrix forward path: `S = Q K^T` and `P V` on 16x16x16 tile products
+//! ([`TileMma`]: the device's `cmma` fragments, or the scalar stand-in on devices without
+//! them), the online softmax through shared memory.
 //!
 //! One cube per (query block, batch * head), `block_q / 16` planes; plane `p` owns query rows
 //! `[16p, 16p + 16)` of the block. Per key/value block: each plane computes its 16 rows of S
 //! into shared memory (f32), the units of each row turn them into logits and P (stored in the
 //! input dtype, as FA-2 does), each plane computes its rows of `P V` into shared memory, and
 //! every unit folds its O columns into f32 registers with the `alpha` rescale.
-//! head_dim and val_dim are padded to 16 with zeros in the tiles.
+//! head_dim and val_dim are padded to 16 with zeros in the tiles. The tiles (Q, K, V, P) are
+//! of type `T`: the dtype, or f32 (`MatrixConfig::f32_tiles`: bf16 inputs converted exactly,
+//! P rounded to f32 instead of the dtype, on the f32 cmma of gfx942 with rocWMMA).
 //!
-//! Needs a registered cmma config for (F, F, f32, 16x16x16) and a plane size that is a
-//! multiple of 16; `plan` never picks it otherwise. Synchronization is cube-wide only
+//! Needs (with [`Cmma`]) a registered cmma config for (T, T, f32, 16x16x16) and a plane size
+//! that is a multiple of 16; `plan` never picks it otherwise. Synchronization is cube-wide only
 //! (`sync_plane` does not compile on HIP), and control flow is uniform across the cube.
 use cubecl::prelude::*;
 
@@ -17,6 +20,9 @@ use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_tile};
+use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma};
+
+use core::marker::PhantomData;
 
 use super::ForwardArgs;
 use super::unit_rows::{BlockStep, UnitRole, forward_rows, softmax_block};
@@ -35,40 +41,40 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     cube_count: CubeCount,
 ) {
     let cube_dim = CubeDim::new_2d(config.plane_size, config.num_planes());
-    // SAFETY: shapes and strides were validated against the problem; global reads are
-    // bounds-checked in the tile loads and global writes against seq_q / val_dim.
-    unsafe {
-        flash_attention_forward_matrix_kernel::launch_unchecked::<F, M, R>(
-            client,
-            cube_count,
-            cube_dim,
-            args.q,
-            args.k,
-            args.v,
-            args.mask,
-            args.bias,
-            args.slopes,
-            args.o,
-            args.lse,
-            params,
-            config,
-        )
+    // The tiles' type (the dtype, or f32) and the products' implementation are types.
+    macro_rules! launch {
+        ($tile:ty, $mma:ty) => {
+            // SAFETY: shapes and strides were validated against the problem; global reads are
+            // bounds-checked in the tile loads and global writes against seq_q / val_dim.
+            unsafe {
+                flash_attention_forward_matrix_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
+                    client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias,
+                    args.slopes, args.o, args.lse, params, config,
+                )
+            }
+        };
+    }
+    match (config.f32_tiles, config.stand_in) {
+        (false, false) => launch!(F, Cmma),
+        (false, true) => launch!(F, StandIn),
+        (true, false) => launch!(f32, Cmma),
+        (true, true) => launch!(f32, StandIn),
     }
 }
 
-/// Shared-memory tiles of one cube.
+/// Shared-memory tiles of one cube (`T`: the tiles' type).
 #[derive(CubeType)]
-pub(crate) struct Tiles<F: Float> {
-    /// `[block_q, head_stride]` in F, loaded once, zero-padded.
-    q: SharedMemory<F>,
-    /// `[block_kv, head_stride]` in F, one key block, zero-padded.
-    k: SharedMemory<F>,
-    /// `[block_kv, val_stride]` in F, one value block, zero-padded.
-    v: SharedMemory<F>,
+pub(crate) struct Tiles<T: Float> {
+    /// `[block_q, head_stride]` in T, loaded once, zero-padded.
+    q: SharedMemory<T>,
+    /// `[block_kv, head_stride]` in T, one key block, zero-padded.
+    k: SharedMemory<T>,
+    /// `[block_kv, val_stride]` in T, one value block, zero-padded.
+    v: SharedMemory<T>,
     /// `[block_q, score_stride]` f32: raw `q · k` of the current block.
     s: SharedMemory<f32>,
-    /// `[block_q, prob_stride]` in F: the probabilities, A operand of `P V`.
-    p: SharedMemory<F>,
+    /// `[block_q, prob_stride]` in T: the probabilities, A operand of `P V`.
+    p: SharedMemory<T>,
     /// `[block_q, out_stride]` f32: `P V` of the current block.
     pv: SharedMemory<f32>,
     /// One f32 per unit: partial row maxima.
@@ -79,7 +85,7 @@ pub(crate) struct Tiles<F: Float> {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
+pub fn flash_attention_forward_matrix_kernel<F: Float, T: Float, M: Int, Mm: TileMma>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -91,15 +97,17 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, M: Int>(
     params: ScoreParams,
     #[comptime] config: MatrixConfig,
 ) {
-    forward_rows::<F, M, MatrixStep>(q, k, v, mask, bias, slopes, o, lse, params, config);
+    forward_rows::<F, M, MatrixStep<T, Mm>>(q, k, v, mask, bias, slopes, o, lse, params, config);
 }
 
-/// The matrix path's part of [`forward_rows`]: tiles in F, S and P V on cmma fragments.
-pub(crate) struct MatrixStep;
+/// The matrix path's part of [`forward_rows`]: tiles in T, S and P V on `Mm`'s tile products.
+pub(crate) struct MatrixStep<T: Float, Mm: TileMma> {
+    _types: PhantomData<(T, Mm)>,
+}
 
 #[cube]
-impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
-    type Tiles = Tiles<F>;
+impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, Mm> {
+    type Tiles = Tiles<T>;
     type Config = MatrixConfig;
 
     fn query_tiles(
@@ -107,9 +115,9 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         q_view: &HeadView,
         q_start: u32,
         #[comptime] config: MatrixConfig,
-    ) -> Tiles<F> {
+    ) -> Tiles<T> {
         let units = comptime!(config.units());
-        let mut tiles = Tiles::<F> {
+        let mut tiles = Tiles::<T> {
             q: SharedMemory::new_aligned(
                 comptime!((config.block_q * config.head_stride()) as usize),
                 CMMA_ALIGN,
@@ -137,7 +145,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             partial_max: SharedMemory::new(units as usize),
             partial_sum: SharedMemory::new(units as usize),
         };
-        load_tile::<F, F>(
+        load_tile::<F, T>(
             q,
             q_view,
             &mut tiles.q.to_slice_mut(),
@@ -162,7 +170,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         tensors: &ScoreTensors,
         kv_block: u32,
         role: UnitRole,
-        tiles: &mut Tiles<F>,
+        tiles: &mut Tiles<T>,
         softmax: &mut OnlineSoftmax,
         acc: &mut Array<f32>,
         #[comptime] config: MatrixConfig,
@@ -180,7 +188,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         // First row of this plane's 16 query rows.
         let plane_row = UNIT_POS_Y * MATRIX_TILE;
 
-        load_tile::<F, F>(
+        load_tile::<F, T>(
             k,
             k_view,
             &mut tiles.k.to_slice_mut(),
@@ -190,7 +198,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             dk_stride,
             units,
         );
-        load_tile::<F, F>(
+        load_tile::<F, T>(
             v,
             v_view,
             &mut tiles.v.to_slice_mut(),
@@ -203,11 +211,11 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         sync_cube();
 
         // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
-        plane_product::<F>(
+        plane_product::<T, Mm>(
             &tiles.q,
             dk_stride,
             &tiles.k,
-            cmma::MatrixLayout::ColMajor,
+            TileLayout::ColMajor,
             dk_stride,
             comptime!(MATRIX_TILE * dk_stride),
             MATRIX_TILE,
@@ -216,6 +224,8 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             plane_row,
             comptime!(bkv / MATRIX_TILE),
             comptime!(dk / MATRIX_TILE),
+            config.plane_size,
+            comptime!(!config.stand_in),
         );
         sync_cube();
 
@@ -238,7 +248,7 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
                 masked_pass,
             );
         }
-        let alpha = softmax_block::<F>(
+        let alpha = softmax_block::<T>(
             &logits,
             softmax,
             &mut tiles.p.to_slice_mut(),
@@ -256,11 +266,11 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
         );
 
         // P V for this plane's rows, into shared memory.
-        plane_product::<F>(
+        plane_product::<T, Mm>(
             &tiles.p,
             prob_stride,
             &tiles.v,
-            cmma::MatrixLayout::RowMajor,
+            TileLayout::RowMajor,
             dv_stride,
             MATRIX_TILE,
             comptime!(MATRIX_TILE * dv_stride),
@@ -269,6 +279,8 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
             plane_row,
             comptime!(dv / MATRIX_TILE),
             comptime!(bkv / MATRIX_TILE),
+            config.plane_size,
+            comptime!(!config.stand_in),
         );
         sync_cube();
 
@@ -283,17 +295,18 @@ impl<F: Float, M: Int> BlockStep<F, M> for MatrixStep {
     }
 }
 
-/// `out = A B` for this plane's 16 rows on 16x16x16 cmma, f32 accumulation: A row-major with
-/// `a_cols` columns (rows `[plane_row, plane_row + 16)`, `k_tiles` tiles of k); B read in
-/// `b_layout` with leading dimension `b_stride`, its tile `(k, n)` at `k b_k_step + n b_n_step`;
-/// `n_tiles` output tiles stored row-major into `out` (`out_cols` columns).
+/// `out = A B` for this plane's 16 rows on 16x16x16 tile products (`Mm`), f32 accumulation:
+/// A row-major with `a_cols` columns (rows `[plane_row, plane_row + 16)`, `k_tiles` tiles of
+/// k); B read in `b_layout` with leading dimension `b_stride`, its tile `(k, n)` at
+/// `k b_k_step + n b_n_step`; `n_tiles` output tiles stored row-major into `out` (`out_cols`
+/// columns).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn plane_product<F: Float>(
-    a: &SharedMemory<F>,
+fn plane_product<T: Float, Mm: TileMma>(
+    a: &SharedMemory<T>,
     #[comptime] a_cols: u32,
-    b: &SharedMemory<F>,
-    #[comptime] b_layout: cmma::MatrixLayout,
+    b: &SharedMemory<T>,
+    #[comptime] b_layout: TileLayout,
     #[comptime] b_stride: u32,
     #[comptime] b_n_step: u32,
     #[comptime] b_k_step: u32,
@@ -302,45 +315,32 @@ fn plane_product<F: Float>(
     plane_row: u32,
     #[comptime] n_tiles: u32,
     #[comptime] k_tiles: u32,
+    #[comptime] plane_size: u32,
+    #[comptime] unrolled: bool,
 ) {
-    #[unroll]
+    // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
+    #[unroll(unrolled)]
     for n in 0..n_tiles {
-        let acc = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            MATRIX_TILE as usize,
-            cmma::MatrixLayout::Undefined,
-            0.0f32,
-        );
-        #[unroll]
+        let mut acc = Mm::zero(plane_size);
+        #[unroll(unrolled)]
         for kk in 0..k_tiles {
-            let a_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                cmma::MatrixLayout::RowMajor,
+            Mm::execute::<T>(
+                &mut acc,
                 &a.slice((plane_row * a_cols + kk * MATRIX_TILE) as usize, a.len()),
+                TileLayout::RowMajor,
                 a_cols,
-            );
-            let b_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                MATRIX_TILE as usize,
-                b_layout,
                 &b.slice((kk * b_k_step + n * b_n_step) as usize, b.len()),
+                b_layout,
                 b_stride,
+                plane_size,
             );
-            cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, &acc, &acc);
         }
         let out_len = out.len();
-        cmma::store(
-            &mut out.slice_mut((plane_row * out_cols + n * MATRIX_TILE) as usize, out_len),
+        Mm::store(
             &acc,
+            &mut out.slice_mut((plane_row * out_cols + n * MATRIX_TILE) as usize, out_len),
             out_cols,
-            cmma::MatrixLayout::RowMajor,
+            plane_size,
         );
     }
 }

@@ -32,7 +32,7 @@ mod unit_rows;
 use cubecl::prelude::*;
 
 use crate::checks::{
-    ExpectedShape, Shapes, check_plan_fits, check_plan_for, check_shapes, optional_args,
+    ExpectedShape, Shapes, check_cmma, check_plan_fits, check_plan_for, check_shapes, optional_args,
 };
 use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
@@ -77,7 +77,8 @@ impl<R: Runtime> ForwardTensors<R> {
 ///   `tests/wave64.rs`), each plane's share of the cube runs on several hardware planes: on a
 ///   32-wide device, a wave64 matrix plan has two warps compute the same 16-row fragments and
 ///   store the same values, which stays correct and exercises the wave64 index arithmetic.
-/// - The matrix path needs cmma for the dtype on the client (not checked: the launch fails).
+/// - A matrix plan (but its scalar stand-in) needs cmma for its tiles' type on the client: a
+///   typed error otherwise.
 /// - The lse of a fully masked row is `f32::MAX` (standing for `+inf`, which WGSL cannot
 ///   emit), so `exp(s - lse) = 0` for every finite `s`; its output row is 0.
 /// - `problem` must describe the tensors (shapes are checked, contents are not).
@@ -123,6 +124,12 @@ pub fn flash_attention_forward<R: Runtime>(
         plan.needs_chunked_rows(),
         layout,
     )?;
+    if let ForwardConfig::Matrix(matrix) = config
+        && !matrix.stand_in
+    {
+        let tiles = if matrix.f32_tiles { FloatKind::F32 } else { problem.dtype };
+        check_cmma(client, tiles, matrix.plane_size)?;
+    }
     let launch = Launch {
         client,
         config,

@@ -271,7 +271,7 @@ fn one_pass_config(
     let one_pass = |config: MmaGradientConfig| MmaGradientConfig { atomic_dq: true, dq_width, ..config };
     let first = tuning.backward_mma.unwrap_or_else(mma_blocks::one_pass_default);
     core::iter::successors(Some(first), |blocks| blocks.smaller())
-        .map(|blocks| one_pass(mma_config(caps, problem, BackwardKernel::KeyValue, blocks)))
+        .map(|blocks| one_pass(mma_config(caps, problem, tuning, BackwardKernel::KeyValue, blocks)))
         .chain([one_pass(*planned)])
         .find(|config| fits(caps, &GradientConfig::Mma(*config)))
 }
@@ -304,7 +304,7 @@ pub fn gradient(
         let default = || mma_blocks::backward_default(problem.widest_dim());
         let mut blocks = Some(tuning.backward_mma.unwrap_or_else(default));
         while let Some(candidate) = blocks {
-            let config = GradientConfig::Mma(mma_config(caps, problem, kernel, candidate));
+            let config = GradientConfig::Mma(mma_config(caps, problem, tuning, kernel, candidate));
             if fits(caps, &config) {
                 return Ok(plan(config, forced(GradientChoice::RegisterMma)));
             }
@@ -343,6 +343,7 @@ pub fn gradient(
 fn mma_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
+    tuning: &Tuning,
     kernel: BackwardKernel,
     blocks: MmaBlocks,
 ) -> MmaGradientConfig {
@@ -365,6 +366,7 @@ fn mma_config(
         atomic_dq: false,
         dq_width: 1,
         never_masked: never_masked(&score, problem.seq_kv, block_kv, Some((problem.seq_q, block_q))),
+        rolled_steps: tuning.rolled_steps(),
     }
 }
 

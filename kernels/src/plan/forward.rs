@@ -28,8 +28,13 @@ const PORTABLE_OUT_COLS_PER_UNIT: [u32; 2] = [16, 32];
 const BLOCK_CANDIDATES: [u32; 4] = [64, 32, 16, 8];
 /// Query rows per plane on the matrix path: one cmma tile of rows.
 const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
-/// Planes per cube on the matrix path (block_q = 4 * 16 = 64, FA-2's choice for d <= 128).
-const MATRIX_PLANES: u32 = 4;
+/// Planes per cube tried on the matrix path, most first (4: block_q = 4 * 16 = 64, FA-2's
+/// choice for d <= 128; fewer where the tiles do not fit, e.g. f32 tiles at head dim 128 in an
+/// MI300X's 64 KiB).
+const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
+/// Units per plane of the matrix kernel's scalar stand-in (any count works: it uses no plane
+/// operation).
+const STAND_IN_PLANE_SIZE: u32 = 64;
 /// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
@@ -48,8 +53,13 @@ pub enum ForwardChoice {
     /// The register mma exists but the inputs' rows are not 16-byte chunks ([`Layout`]): the
     /// matrix path (which reads any strides) where cmma exists, else the portable path.
     RowsNotChunked,
-    /// The device registers 16x16x16 cmma for the dtype (and the mma path cannot run it).
+    /// The device registers 16x16x16 cmma for the dtype (and the mma path cannot run it); or,
+    /// for bf16 where the runtime's bf16 fragments do not compile (gfx942 with rocWMMA), f32
+    /// cmma on f32 tiles (`MatrixConfig::f32_tiles`).
     Cmma,
+    /// [`Tuning::forward_path`] asked for the matrix path on a device without cmma for the
+    /// dtype, and [`Tuning::matrix_stand_in`] for its scalar stand-in (tests).
+    MatrixStandIn,
     /// cmma exists but its tiles do not fit the shared memory (e.g. head_dim 256 in 64 KiB).
     MatrixDoesNotFit,
     /// No matrix units for the dtype.
@@ -98,6 +108,9 @@ impl fmt::Display for ForwardChoice {
                 "q, k, v rows are not contiguous 16-byte chunks, which the mma path loads"
             }
             ForwardChoice::Cmma => "16x16x16 cmma is registered",
+            ForwardChoice::MatrixStandIn => {
+                "the matrix path asked for by the tuning, its scalar stand-in for cmma (no cmma here)"
+            }
             ForwardChoice::MatrixDoesNotFit => {
                 "16x16x16 cmma is registered, but the matrix tiles do not fit the shared memory"
             }
@@ -121,6 +134,15 @@ impl fmt::Display for ForwardPlan {
                 mma.kv_buffers,
                 if mma.async_kv { " filled by cp.async" } else { "" },
                 if mma.never_masked { ", no masked pass" } else { "" },
+            )?,
+            ForwardConfig::Matrix(matrix) => write!(
+                f,
+                "block_q = {}, block_kv = {}, {} planes of {}{}",
+                matrix.block_q,
+                matrix.block_kv,
+                matrix.num_planes(),
+                matrix.plane_size,
+                if matrix.f32_tiles { ", tiles in f32" } else { "" },
             )?,
             _ => write!(f, "block_q = {}, block_kv = {}", config.block_q(), config.block_kv())?,
         }
@@ -161,12 +183,22 @@ pub fn forward(
     tuning.validate()?;
     caps.check_types(problem)?;
     let dtype = problem.dtype;
-    let matrix = caps.has_matrix_units(dtype);
+    // The matrix path: where cmma is registered for the tiles' type; with the stand-in,
+    // wherever it is asked for. bf16 on gfx942 with rocWMMA: f32 tiles on the f32 cmma (its
+    // bf16 fragments do not compile).
+    let stand_in = tuning.forward_path == Some(ForwardPath::Matrix) && tuning.matrix_stand_in;
+    let f32_tiles = (dtype == FloatKind::BF16 && caps.has_bf16_through_f32_cmma())
+        || (stand_in && tuning.matrix_f32_tiles);
+    // Never on f32 inputs: cmma would round them to tf32.
+    let matrix = dtype != FloatKind::F32 && caps.has_matrix_units(if f32_tiles { FloatKind::F32 } else { dtype });
+    let stand_in = stand_in && !matrix;
     let mma = caps.has_register_mma(dtype) && mma_fits_registers(problem);
     let (path, choice) = match tuning.forward_path {
+        Some(ForwardPath::Matrix) if stand_in => (ForwardPath::Matrix, ForwardChoice::MatrixStandIn),
         Some(ForwardPath::Matrix) if !matrix => {
             return Err(FlashError::Device(format!(
-                "the matrix path was forced but no 16x16x16 {dtype:?} cmma is registered"
+                "the matrix path was forced but no 16x16x16 {dtype:?} cmma is registered{}",
+                if dtype == FloatKind::F32 { " (f32 inputs never take it: cmma would round them to tf32)" } else { "" }
             )));
         }
         Some(ForwardPath::Mma) if !layout.rows_chunked => {
@@ -189,10 +221,10 @@ pub fn forward(
             BlockChoice::LargestFitting,
         ),
         ForwardPath::Mma => {
-            let (config, blocks) = mma_config(caps, problem, tuning.forward_mma)?;
+            let (config, blocks) = mma_config(caps, problem, tuning.forward_mma, tuning.rolled_steps())?;
             (ForwardConfig::Mma(config), choice, blocks)
         }
-        ForwardPath::Matrix => match (matrix_config(caps, problem), tuning.forward_path) {
+        ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
             (Ok(config), _) => (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting),
             (Err(error), Some(_)) => return Err(error),
             // The matrix tiles need more shared memory (e.g. head_dim 256 in MI300's 64 KiB):
@@ -284,24 +316,35 @@ fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Port
     Err(too_big(caps, problem))
 }
 
-fn matrix_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<MatrixConfig, FlashError> {
-    let plane_size = caps.plane_size();
+/// The matrix path's config: the most planes (16 query rows each), then the largest key/value
+/// block, padded rows first, whose tiles fit the device.
+fn matrix_config(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    stand_in: bool,
+    f32_tiles: bool,
+) -> Result<MatrixConfig, FlashError> {
+    let plane_size = if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() };
     if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
         return Err(FlashError::Device(format!(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
         )));
     }
+    let tiles = if f32_tiles { FloatKind::F32 } else { problem.dtype };
     // Padded rows first at each block size (fewer bank conflicts in the fragment loads).
-    MATRIX_BLOCK_KV
+    MATRIX_PLANES
         .into_iter()
-        .flat_map(|block_kv| [(block_kv, true), (block_kv, false)])
-        .map(|(block_kv, padded)| MatrixConfig {
-            block_q: MATRIX_PLANES * MATRIX_ROWS_PER_PLANE,
+        .flat_map(|planes| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (planes, block_kv)))
+        .flat_map(|(planes, block_kv)| [(planes, block_kv, true), (planes, block_kv, false)])
+        .map(|(planes, block_kv, padded)| MatrixConfig {
+            block_q: planes * MATRIX_ROWS_PER_PLANE,
             block_kv,
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
             plane_size,
-            elem_bytes: problem.dtype.size() as u32,
+            elem_bytes: tiles.size() as u32,
+            f32_tiles,
+            stand_in,
             precise_math: precise_math(problem.dtype),
             quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
@@ -325,6 +368,7 @@ fn mma_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
     tuned: Option<MmaBlocks>,
+    rolled_steps: bool,
 ) -> Result<(MmaConfig, BlockChoice), FlashError> {
     if !caps.has_register_mma(problem.dtype) || !mma_fits_registers(problem) {
         return Err(FlashError::Device(format!(
@@ -336,7 +380,7 @@ fn mma_config(
     let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal, problem.widest_dim()));
     let mut blocks = Some(first);
     while let Some(candidate) = blocks {
-        let config = candidate.forward_config(caps, problem);
+        let config = candidate.forward_config(caps, problem, rolled_steps);
         if caps.fits(config.shared_memory_bytes(), config.units()) {
             let choice = match (candidate == first, tuned.is_some()) {
                 (false, _) => BlockChoice::Shrunk,

@@ -49,6 +49,7 @@ impl MmaBlocks {
         self,
         caps: &DeviceCaps,
         problem: &AttentionProblem,
+        rolled_steps: bool,
     ) -> MmaConfig {
         MmaConfig {
             planes: self.planes,
@@ -65,6 +66,7 @@ impl MmaBlocks {
             // and 32 (0.99-1.06x at 64; bf16, not causal, commits 8de37d7 / d344576,
             // benches/RESULTS.md), while the gradient kernels gained 3-4 % from it.
             never_masked: false,
+            rolled_steps,
         }
     }
 

@@ -108,6 +108,11 @@ pub struct Tuning {
     /// Tests: with [`Tuning::matrix_stand_in`], stage the matrix backward's tiles in f32 (the
     /// inputs converted), as gfx942 does for bf16.
     pub matrix_f32_tiles: bool,
+    /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
+    /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
+    /// the source, where nothing in registers is indexed by the step (see
+    /// [`crate::config::MmaConfig::rolled_steps`]); `None`: [`ROLLED_STEPS`].
+    pub rolled_steps: Option<bool>,
 }
 
 impl Tuning {
@@ -159,6 +164,16 @@ impl Tuning {
         self
     }
 
+    pub fn with_rolled_steps(mut self, rolled: Option<bool>) -> Self {
+        self.rolled_steps = rolled;
+        self
+    }
+
+    /// [`Tuning::rolled_steps`], or the default.
+    pub fn rolled_steps(&self) -> bool {
+        self.rolled_steps.unwrap_or(ROLLED_STEPS)
+    }
+
     /// Checks every override, whichever path a problem takes: the mma blocks the kernels can
     /// take ([`MmaBlocks::validate`]), 16-row planes for the backward's.
     pub fn validate(&self) -> Result<(), FlashError> {
@@ -184,6 +199,10 @@ impl Tuning {
         Ok(())
     }
 }
+
+/// The mma kernels' default for [`Tuning::rolled_steps`]: unrolled in the source, as measured
+/// until the rolled form is measured on the H200.
+pub const ROLLED_STEPS: bool = false;
 
 /// The one-pass backward's f32 per dQ atomic request, widest first
 /// ([`Tuning::backward_dq_width`], [`crate::backward::dq_sink`]).

@@ -111,7 +111,7 @@ pub fn load_a<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
     #[comptime] stride: u32,
-    #[comptime] kk: u32,
+    kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let at = (first_row + lane % TILE_M) * stride + kk * 2 + lane / TILE_M;
@@ -126,7 +126,7 @@ pub fn load_b_by_rows<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
     #[comptime] stride: u32,
-    #[comptime] kk: u32,
+    kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
@@ -182,18 +182,43 @@ pub fn product_with_rows<F: Float, N: Size>(
     #[comptime] stride: u32,
     #[comptime] k_steps: u32,
     #[comptime] n_tiles: u32,
+    #[comptime] rolled: bool,
 ) -> Array<Pair<f32>> {
     let mut acc = zero_accumulators(n_tiles);
-    #[unroll]
-    for kk in 0..k_steps {
-        let fragment = load_a::<F, N>(a, a_row, stride, kk);
+    if comptime!(rolled) {
+        // Nothing in registers is indexed by `kk`: the k steps may stay a loop in the source
+        // (`MmaConfig::rolled_steps`).
+        for kk in 0..k_steps {
+            product_step::<F, N>(a, a_row, b, b_row, stride, kk, n_tiles, &mut acc);
+        }
+    } else {
         #[unroll]
-        for jj in 0..comptime!(n_tiles / 2) {
-            let b_fragments = load_b_by_rows::<F, N>(b, b_row + jj * TILE_M, stride, kk);
-            mma_tile_pair::<F>(&fragment, &b_fragments, &mut acc, jj);
+        for kk in 0..k_steps {
+            product_step::<F, N>(a, a_row, b, b_row, stride, kk, n_tiles, &mut acc);
         }
     }
     acc
+}
+
+/// k-step `kk` of [`product_with_rows`].
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn product_step<F: Float, N: Size>(
+    a: &SharedMemory<Vector<F, N>>,
+    a_row: u32,
+    b: &SharedMemory<Vector<F, N>>,
+    b_row: u32,
+    #[comptime] stride: u32,
+    kk: u32,
+    #[comptime] n_tiles: u32,
+    acc: &mut Array<Pair<f32>>,
+) {
+    let fragment = load_a::<F, N>(a, a_row, stride, kk);
+    #[unroll]
+    for jj in 0..comptime!(n_tiles / 2) {
+        let b_fragments = load_b_by_rows::<F, N>(b, b_row + jj * TILE_M, stride, kk);
+        mma_tile_pair::<F>(&fragment, &b_fragments, acc, jj);
+    }
 }
 
 /// `acc += X B` where X is the accumulator array `x` (`row_tiles` stacked 16-row tiles of

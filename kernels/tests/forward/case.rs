@@ -4,9 +4,10 @@
 
 use std::ops::Deref;
 
+use burn_flash_attn_kernels::plan::Tuning;
 use burn_flash_attn_kernels::{FloatKind, ForwardPath};
 
-use crate::support::{Case as Attention, MaskPattern};
+use crate::support::{Case as Attention, MaskPattern, planning};
 
 /// Amplitude of q and k: with head_dim >= 32 and the default scale, logits spread over a few
 /// units, so the softmax is far from uniform.
@@ -24,6 +25,9 @@ pub(crate) struct Case {
     pub(crate) broadcast: bool,
     pub(crate) qk_amplitude: f64,
     pub(crate) path: Option<ForwardPath>,
+    /// The matrix path on its scalar stand-in for the fragments, `Some(f32_tiles)`: runs on
+    /// devices without cmma (lavapipe).
+    pub(crate) stand_in: Option<bool>,
 }
 
 /// The shape, dtype, options and layout of the case.
@@ -40,6 +44,7 @@ pub(crate) fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usiz
         broadcast: false,
         qk_amplitude: QK_AMPLITUDE,
         path: None,
+        stand_in: None,
     }
 }
 
@@ -101,6 +106,24 @@ impl Case {
         Case {
             path: Some(ForwardPath::Matrix),
             ..self
+        }
+    }
+    /// The matrix path on its scalar stand-in (`f32_tiles`: tiles in f32, as bf16 on gfx942).
+    pub(crate) fn matrix_stand_in(self, f32_tiles: bool) -> Self {
+        Case {
+            path: Some(ForwardPath::Matrix),
+            stand_in: Some(f32_tiles),
+            ..self
+        }
+    }
+    /// The planner's tuning for the case: the test run's (`support::planning::tuning`), its
+    /// forced path over the run's, its stand-in.
+    pub(crate) fn tuning(&self) -> Tuning {
+        let run = planning::tuning();
+        let tuning = run.with_forward_path(self.path.or(run.forward_path));
+        match self.stand_in {
+            Some(f32_tiles) => tuning.with_matrix_stand_in(true).with_matrix_f32_tiles(f32_tiles),
+            None => tuning,
         }
     }
     pub(crate) fn mma(self) -> Self {

@@ -1,6 +1,6 @@
 //! Cases forcing a path: the matrix (cmma) path and the mma (register mma) path.
 
-use burn_flash_attn_kernels::FloatKind::{BF16, F16};
+use burn_flash_attn_kernels::FloatKind::{BF16, F16, F32};
 
 use crate::case::case;
 
@@ -19,6 +19,13 @@ forward_cases! {
     bf16_matrix_hd64_q113_kv203: case(BF16, 64, 113, 203).matrix();
     bf16_matrix_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().causal();
     bf16_matrix_all_options_hd64_q203_kv113: case(BF16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
+    // The matrix path on its scalar stand-in for the fragments (any device: the whole kernel
+    // but the fragments, on lavapipe in CI), tiles in the dtype and in f32 (bf16 on gfx942).
+    f32_matrix_stand_in_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false);
+    f32_matrix_stand_in_all_options_hd33_dv80_q77_kv90: case(F32, 33, 77, 90).val_dim(80).matrix_stand_in(false).softcap(2.0).mask().bias().causal();
+    f32_matrix_stand_in_quiet_masked_rows_hd64_q203_kv113: case(F32, 64, 203, 113).matrix_stand_in(false).quiet().masked_rows().causal();
+    f16_matrix_stand_in_f32_tiles_causal_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).causal().mask();
+    bf16_matrix_stand_in_f32_tiles_hd128_q113_kv203: case(BF16, 128, 113, 203).matrix_stand_in(true).softcap(2.0).bias();
     // The mma path, forced (skips where the device has no register mma for the dtype).
     f16_mma_hd64_q113_kv203: case(F16, 64, 113, 203).mma();
     bf16_mma_hd128_q1024_kv1024: case(BF16, 128, 1024, 1024).mma();

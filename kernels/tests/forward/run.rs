@@ -4,10 +4,11 @@ use burn_flash_attn_kernels::FloatKind::F32;
 use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
+use burn_flash_attn_kernels::plan::Tuning;
 use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
 
 use crate::case::{Case, MASKED_FRACTION, V_AMPLITUDE};
-use crate::support::planning::forward_plan_for;
+use crate::support::planning::forward_plan_tuned;
 use crate::support::{
     Client, Elem, MaskPattern, POISON, Role, check_forward, client, filled, precision, random_mask,
     random_values, read, rng, upload,
@@ -17,7 +18,8 @@ use crate::support::{
 pub(crate) fn run(name: &str, case: Case) {
     let client = client();
     let problem = case.problem();
-    if let Err(reason) = runnable(&client, &problem, case.path) {
+    let tuning = case.tuning();
+    if let Err(reason) = runnable(&client, &problem, &tuning) {
         println!("{name}: skipped on this device: {reason}");
         return;
     }
@@ -96,8 +98,11 @@ pub(crate) fn run(name: &str, case: Case) {
         o: o_dev.binding(),
         lse: lse_dev.binding(),
     };
-    let plan = forward_plan_for(&DeviceCaps::of(&client), p, tensors.layout(kind), case.path)
+    let plan = forward_plan_tuned(&DeviceCaps::of(&client), p, tensors.layout(kind), &tuning)
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): planning refused: {e}"));
+    if let Some(path) = tuning.forward_path {
+        assert_eq!(plan.config.path(), path, "{name}: planned {plan}");
+    }
     flash_attention_forward(&client, p, &plan, tensors)
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): launch refused: {e}"));
     println!("{name}: {plan}");
@@ -121,13 +126,11 @@ pub(crate) fn run(name: &str, case: Case) {
 }
 
 /// Whether the device can run the case, or why not.
-fn runnable(
-    client: &Client,
-    problem: &AttentionProblem,
-    path: Option<ForwardPath>,
-) -> Result<(), String> {
+fn runnable(client: &Client, problem: &AttentionProblem, tuning: &Tuning) -> Result<(), String> {
     let caps = DeviceCaps::of(client);
-    if path == Some(ForwardPath::Matrix) && !caps.has_matrix_units(problem.dtype) {
+    let path = tuning.forward_path;
+    let tiles = if tuning.matrix_f32_tiles { F32 } else { problem.dtype };
+    if path == Some(ForwardPath::Matrix) && !caps.has_matrix_units(tiles) && !tuning.matrix_stand_in {
         return Err(format!(
             "no 16x16x16 {:?} cmma, the matrix path cannot run",
             problem.dtype
@@ -139,7 +142,7 @@ fn runnable(
             problem.dtype
         ));
     }
-    match forward_plan_for(&caps, problem, Layout::CHUNKED, path) {
+    match forward_plan_tuned(&caps, problem, Layout::CHUNKED, tuning) {
         Err(FlashError::Device(reason)) => Err(reason),
         Err(other) => panic!("valid problem refused: {other}"),
         Ok(_) => Ok(()),

@@ -72,8 +72,12 @@ impl Variant {
         let mask = format!("{:?}", self.mask).to_lowercase();
         match self.kernel {
             KernelConfig::Forward(c) => format!(
-                "fwd-{}_{dtype}_{mask}_{}{}_hd{}-dv{}_bq{}-bkv{}_u{}",
+                "fwd-{}{}_{dtype}_{mask}_{}{}_hd{}-dv{}_bq{}-bkv{}_u{}",
                 c.path().name(),
+                match c {
+                    ForwardConfig::Matrix(m) if m.f32_tiles => "-f32tiles",
+                    _ => "",
+                },
                 options_tag(c.score()),
                 if c.quiet_softmax() { "-quiet" } else { "" },
                 c.dims().0,
@@ -222,22 +226,12 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             );
             R::<M>::hip_source(kernel, GFX942)
         }
+        KernelConfig::Forward(ForwardConfig::Matrix(config)) if config.f32_tiles => {
+            // bf16 staged as f32 tiles on the f32 cmma (rocWMMA's bf16 fragments do not compile).
+            matrix_forward::<M, F, f32, K>(settings(), client, config)
+        }
         KernelConfig::Forward(ForwardConfig::Matrix(config)) => {
-            let kernel = FlashAttentionForwardMatrixKernel::<F, K, R<M>>::new(
-                settings(),
-                client,
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                tensor(),
-                score_params(),
-                config,
-            );
-            R::<M>::hip_source(kernel, GFX942)
+            matrix_forward::<M, F, F, K>(settings(), client, config)
         }
         KernelConfig::Forward(config) => Err(format!(
             "the {} forward path has no HIP generator here",
@@ -320,6 +314,29 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             R::<M>::hip_source(kernel, GFX942)
         }
     }
+}
+
+/// The HIP source of the matrix forward kernel with tiles of type `E`.
+fn matrix_forward<M: MatrixCores, F: Float, E: Float, K: Int>(
+    settings: KernelSettings,
+    client: ComputeClient<OfflineHip<M>>,
+    config: burn_flash_attn_kernels::config::MatrixConfig,
+) -> Result<HipSource, String> {
+    let kernel = FlashAttentionForwardMatrixKernel::<F, E, K, Cmma, OfflineHip<M>>::new(
+        settings,
+        client,
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        tensor(),
+        score_params(),
+        config,
+    );
+    OfflineHip::<M>::hip_source(kernel, GFX942)
 }
 
 /// The HIP source of a matrix gradient kernel with tiles of type `E`.

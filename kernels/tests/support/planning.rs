@@ -29,13 +29,21 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_DQ_WIDTH` (1, 2 or 4); the gradient kernels' path of `BURN_FLASH_BWD_PATH`
 /// (`portable`, `mma` or `matrix`: a preference, see `Tuning::backward_path`) and, with
 /// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
-/// cmma (the matrix backward on lavapipe).
+/// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles; the
+/// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
+/// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
+/// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`).
 pub fn tuning() -> Tuning {
     let path = std::env::var("BURN_FLASH_BWD_PATH").ok().map(|value| match value.parse() {
         Ok(path) => path,
         Err(error) => panic!("BURN_FLASH_BWD_PATH: {error}"),
     });
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
+    let f32_tiles = std::env::var("BURN_FLASH_MATRIX_F32_TILES").is_ok_and(|value| value == "1");
+    let forward_path = std::env::var("BURN_FLASH_FWD_PATH").ok().map(|value| match value.parse() {
+        Ok(path) => path,
+        Err(error) => panic!("BURN_FLASH_FWD_PATH: {error}"),
+    });
     let dq = std::env::var("BURN_FLASH_DQ").ok().map(|value| match value.parse() {
         Ok(accumulation) => accumulation,
         Err(error) => panic!("BURN_FLASH_DQ: {error}"),
@@ -44,13 +52,20 @@ pub fn tuning() -> Tuning {
         Ok(width) => width,
         Err(error) => panic!("BURN_FLASH_DQ_WIDTH: {error}"),
     });
+    let rolled = std::env::var("BURN_FLASH_ROLLED").ok().map(|value| match value.parse() {
+        Ok(rolled) => rolled,
+        Err(error) => panic!("BURN_FLASH_ROLLED: {error}"),
+    });
     Tuning::default()
+        .with_rolled_steps(rolled)
         .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
         .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
         .with_backward_dq(dq)
         .with_backward_dq_width(width)
         .with_backward_path(path)
         .with_matrix_stand_in(stand_in)
+        .with_matrix_f32_tiles(f32_tiles)
+        .with_forward_path(forward_path)
 }
 
 /// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.
@@ -69,7 +84,19 @@ pub fn forward_plan_for(
     layout: Layout,
     path: Option<ForwardPath>,
 ) -> Result<ForwardPlan, FlashError> {
-    plan::forward::forward(caps, problem, layout, &tuning().with_forward_path(path))
+    let tuning = tuning();
+    let path = path.or(tuning.forward_path);
+    plan::forward::forward(caps, problem, layout, &tuning.with_forward_path(path))
+}
+
+/// The forward's plan for inputs laid out as `layout`, with `tuning` as it is.
+pub fn forward_plan_tuned(
+    caps: &DeviceCaps,
+    problem: &AttentionProblem,
+    layout: Layout,
+    tuning: &Tuning,
+) -> Result<ForwardPlan, FlashError> {
+    plan::forward::forward(caps, problem, layout, tuning)
 }
 
 /// Both gradient kernels' plans on a device with `props`, for inputs laid out as `layout`.

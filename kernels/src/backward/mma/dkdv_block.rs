@@ -40,7 +40,7 @@ pub(super) fn accumulate_dkdv<F: Float, M: Int, N: Size>(
     // S^T = K Q^T and dP^T = V dO^T, one 16 x 8 tile per 8 query rows.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let mut st = product_with_rows::<F, N>(
-        &tiles.k, plane_row, &tiles.q, tile_row, hs, head_steps, q_tiles,
+        &tiles.k, plane_row, &tiles.q, tile_row, hs, head_steps, q_tiles, config.rolled_steps,
     );
     let mut dpt = product_with_rows::<F, N>(
         &tiles.v,
@@ -50,6 +50,7 @@ pub(super) fn accumulate_dkdv<F: Float, M: Int, N: Size>(
         vs,
         val_steps,
         q_tiles,
+        config.rolled_steps,
     );
     // P^T into st, dS^T into dpt. Entry (key row, query column): score(row = query, col = key).
     #[unroll]

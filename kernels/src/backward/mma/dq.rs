@@ -332,7 +332,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
     // S = Q K^T and dP = dO V^T, one 16 x 8 tile per 8 keys.
     let (hs, vs) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let s = product_with_rows::<F, N>(
-        &tiles.q, plane_row, &tiles.k, tile_row, hs, head_steps, kv_tiles,
+        &tiles.q, plane_row, &tiles.k, tile_row, hs, head_steps, kv_tiles, config.rolled_steps,
     );
     let mut dp = product_with_rows::<F, N>(
         &tiles.d_out,
@@ -342,6 +342,7 @@ fn accumulate_dq<F: Float, M: Int, N: Size>(
         vs,
         val_steps,
         kv_tiles,
+        config.rolled_steps,
     );
     // dS into dp.
     #[unroll]

@@ -43,7 +43,7 @@ use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, sco
 
 use super::ForwardArgs;
 use io::write_row;
-use rows::{Rows, query_fragments, query_step, softmax_row_tile};
+use rows::{Rows, query_fragments, query_step, query_tile_step, softmax_row_tile};
 
 mod io;
 mod rows;
@@ -330,7 +330,6 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
         #[comptime] masked_pass: bool,
     ) {
         let kv_tiles = comptime!(config.block_kv / TILE_N);
-        let kv_pairs = comptime!(kv_tiles / 2);
         let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
         let row_tiles = comptime!(config.mma_row_tiles());
 
@@ -344,28 +343,25 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
             // S = Q K^T: one 16 x 8 accumulator tile per 8 keys and row tile (row tile t from tile
             // t kv_tiles); each K fragment feeds every row tile.
             let mut s = zero_accumulators(comptime!(row_tiles * kv_tiles));
-            #[unroll]
-            for kk in 0..comptime!(config.head_dim_tile() / MATRIX_TILE) {
-                let a_step = query_step::<F, N>(
-                    &inputs.q_frags,
-                    &state.tiles.q,
-                    inputs.plane_row,
-                    kk,
-                    config,
-                );
+            let head_steps = comptime!(config.head_dim_tile() / MATRIX_TILE);
+            if comptime!(config.mma_q_in_registers() || !config.rolled_steps) {
                 #[unroll]
-                for jj in 0..kv_pairs {
-                    let b = load_b_by_rows::<F, N>(
-                        &state.tiles.k,
-                        kv_row + jj * TILE_M,
-                        config.mma_head_stride(),
+                for kk in 0..head_steps {
+                    let a_step = query_step::<F, N>(
+                        &inputs.q_frags,
+                        &state.tiles.q,
+                        inputs.plane_row,
                         kk,
+                        config,
                     );
-                    #[unroll]
-                    for t in 0..row_tiles {
-                        let a = a_fragment::<F>(&a_step, t);
-                        mma_tile_pair::<F>(&a, &b, &mut s, comptime!(t * kv_pairs + jj));
-                    }
+                    score_step::<F, N>(&a_step, &state.tiles.k, kv_row, kk, &mut s, config);
+                }
+            } else {
+                // Q re-read from its tile: nothing in registers is indexed by the k step, so
+                // the steps may stay a loop in the source (`MmaConfig::rolled_steps`).
+                for kk in 0..head_steps {
+                    let a_step = query_tile_step::<F, N>(&state.tiles.q, inputs.plane_row, kk, config);
+                    score_step::<F, N>(&a_step, &state.tiles.k, kv_row, kk, &mut s, config);
                 }
             }
 
@@ -398,6 +394,30 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
                 row_tiles,
                 &mut state.rows.acc,
             );
+        }
+    }
+}
+
+/// `s += Q K^T` over the head dim's k-step `kk`: `a_step` holds the A fragments of every row
+/// tile; each K fragment pair (16 keys) feeds every row tile.
+#[cube]
+fn score_step<F: Float, N: Size>(
+    a_step: &Array<Pair<F>>,
+    k_tile: &SharedMemory<Vector<F, N>>,
+    kv_row: u32,
+    kk: u32,
+    s: &mut Array<Pair<f32>>,
+    #[comptime] config: MmaConfig,
+) {
+    let kv_pairs = comptime!(config.block_kv / TILE_N / 2);
+    let row_tiles = comptime!(config.mma_row_tiles());
+    #[unroll]
+    for jj in 0..kv_pairs {
+        let b = load_b_by_rows::<F, N>(k_tile, kv_row + jj * TILE_M, config.mma_head_stride(), kk);
+        #[unroll]
+        for t in 0..row_tiles {
+            let a = a_fragment::<F>(a_step, t);
+            mma_tile_pair::<F>(&a, &b, s, comptime!(t * kv_pairs + jj));
         }
     }
 }

@@ -90,6 +90,28 @@ pub(super) fn query_fragments<F: Float, N: Size>(
     frags
 }
 
+/// The A fragments of k-step `kk` for every row tile (`[t A_REGS ..]`) from the shared Q tile;
+/// `kk` may be known only at run time.
+#[cube]
+pub(super) fn query_tile_step<F: Float, N: Size>(
+    q_tile: &SharedMemory<Vector<F, N>>,
+    plane_row: u32,
+    kk: u32,
+    #[comptime] config: MmaConfig,
+) -> Array<Pair<F>> {
+    let row_tiles = comptime!(config.mma_row_tiles());
+    let mut step = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
+    #[unroll]
+    for t in 0..row_tiles {
+        let frag = load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+        #[unroll]
+        for r in 0..A_REGS {
+            step[(t * A_REGS + r) as usize] = frag[r as usize];
+        }
+    }
+    step
+}
+
 /// The A fragments of k-step `kk` for every row tile (`[t A_REGS ..]`), from registers or
 /// from the shared Q tile.
 #[cube]
