@@ -24,6 +24,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     backward_path: None,
     matrix_stand_in: false,
     matrix_f32_tiles: false,
+    rolled_steps: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

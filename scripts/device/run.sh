@@ -6,15 +6,18 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
+#         | rolled
+# rolled: the mma kernels with their head-dim products as loops in the source beside the
+# default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
 # matrix: the matrix (cmma) forward and backward forced, beside the default path (issue 16).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
-# PTESTS picks them: forward, forward-rows32, backward, backward-atomic, backward-matrix
-# (BWD_FILTER), matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
-# binary by name.
+# PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
+# backward-atomic, backward-matrix, backward-rolled, backward-atomic-rolled (BWD_FILTER),
+# matrix-backward, matrix-forward, wave64, conformance, nn, or any other test binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -66,6 +69,14 @@ for s in "$@"; do
           # The matrix tests of the backward and forward suites (the matrix paths asked for).
           matrix-backward) cmd=("$BIN/backward" matrix --test-threads=${THREADS:-4}) ;;
           matrix-forward) cmd=("$BIN/forward" matrix --test-threads=${THREADS:-4}) ;;
+          # The whole forward suite on the matrix forward where the device has cmma for the
+          # dtype (cases that force the mma path keep it; f32 cases skip: cmma rounds to tf32).
+          forward-matrix) cmd=(env BURN_FLASH_FWD_PATH=matrix "$BIN/forward" --test-threads=${THREADS:-4}) ;;
+          # The mma kernels with their head-dim products as loops in the source
+          # (Tuning::rolled_steps): the forward suite, and the backward's BWD_FILTER tests.
+          forward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
+          backward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          backward-atomic-rolled) cmd=(env BURN_FLASH_ROLLED=true BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
@@ -149,6 +160,19 @@ for s in "$@"; do
         grep -E '^torch-sdpa-(flash|cudnn),' "$OUT/torch.csv" | sed 's/,True,/,true,/; s/,False,/,false,/'
       } > "$OUT/h200.csv"
       cat "$OUT/h200.csv" ;;
+    rolled)
+      # Tuning::rolled_steps: the mma kernels with their head-dim products as loops in the
+      # source, beside the default (unrolled), ours only, at the eight shapes of `h200`, one
+      # process each: $OUT/rolled.csv (impl flash-rolled, then flash).
+      start=$SECONDS
+      BURN_FLASH_ROLLED=true timeout "${STEP_TIMEOUT:-240}" \
+        "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/rolled-only.csv" 2> "$OUT/rolled.err"
+      echo "== rolled: exit $?, $((SECONDS - start)) s"
+      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+        > "$OUT/unrolled.csv" 2> "$OUT/unrolled.err"
+      echo "== unrolled (default): exit $?, $((SECONDS - start)) s"
+      { sed 's/^flash,/flash-rolled,/' "$OUT/rolled-only.csv"; grep -v '^impl' "$OUT/unrolled.csv"; } > "$OUT/rolled.csv"
+      cat "$OUT/rolled.csv" ;;
     matrix)
       # The matrix paths (cmma: the forward's and the backward's, BURN_FLASH_FWD_PATH /
       # BURN_FLASH_BWD_PATH) beside the default (mma) path, ours only, at the eight shapes of
