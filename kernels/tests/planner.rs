@@ -223,9 +223,59 @@ fn h200_one_pass_backward_is_planned_on_both_paths() {
                 GradientConfig::Portable(_) => {
                     assert_eq!(one_pass.dkdv.config.blocks(), two_kernel.dkdv.config.blocks())
                 }
-                GradientConfig::Matrix(_) => panic!("the one pass is never planned on the matrix path"),
+                GradientConfig::Matrix(_) => panic!("the H200 plans the mma path for f16 / bf16"),
             }
             assert!(one_pass.dkdv.config.shared_memory_bytes() <= props.hardware.max_shared_memory_size);
+        }
+    }
+}
+
+/// The matrix backward takes the one pass (dQ by atomic adds in its dK/dV kernel) as the mma
+/// path does: from `ONE_PASS_MIN_KEYS` keys without a preference, wherever asked for, never with
+/// `Tuning::deterministic()`, on the same blocks; dQ in the widest request the device adds and
+/// head_dim divides. Checked on gfx942 with rocWMMA (f16, bf16 on f32 tiles) and on the H200
+/// with the matrix path asked for.
+#[test]
+fn matrix_backward_takes_the_one_pass_as_the_mma_path_does() {
+    use burn_flash_attn_kernels::backward::{BackwardPath, GradientConfig};
+    use burn_flash_attn_kernels::plan::{self, DqAccumulation, Layout};
+    let client = support::client();
+    let rocwmma = support::simulated_device(
+        client.properties(),
+        support::MI300X_PLANE_SIZE,
+        support::MI300X_SHARED_MEMORY,
+        &[FloatKind::F16, FloatKind::BF16, FloatKind::F32],
+    );
+    let h200 = h200(client.properties());
+    let devices = [
+        (DeviceCaps::new(&rocwmma, "hip"), Tuning::default()),
+        (DeviceCaps::new(&h200, planning::SIMULATED), Tuning::default().with_backward_path(Some(BackwardPath::Matrix))),
+    ];
+    for (device, (caps, tuning)) in ["gfx942 with rocWMMA", "H200, matrix asked"].iter().zip(&devices) {
+        println!("{device}: f32 atomic add {}", caps.has_atomic_f32_add());
+        for dtype in [FloatKind::F16, FloatKind::BF16] {
+            for head_dim in [40, 64, 128] {
+                let short = problem(dtype, head_dim);
+                let long = AttentionProblem { seq_q: 4096, seq_kv: 4096, ..short };
+                let plan = |case: &AttentionProblem, tuning: &Tuning| {
+                    plan::backward::backward(caps, case, Layout::CHUNKED, tuning).expect("planned")
+                };
+                let one_pass = plan(&long, tuning);
+                println!("{dtype:?} hd{head_dim} 4096 keys: {one_pass}");
+                let GradientConfig::Matrix(config) = one_pass.dkdv.config else { panic!("{one_pass}") };
+                let expected = if caps.has_atomic_f32_add() { DqAccumulation::Atomic } else { DqAccumulation::Kernel };
+                assert_eq!(one_pass.dq_accumulation(), expected, "{dtype:?} hd{head_dim}: {one_pass}");
+                if config.atomic_dq {
+                    assert!(head_dim % config.dq_width as usize == 0 && caps.has_atomic_f32_add_of(config.dq_width));
+                    let two_kernel = plan(&long, &tuning.deterministic());
+                    assert_eq!(two_kernel.dq_accumulation(), DqAccumulation::Kernel);
+                    assert_eq!(two_kernel.dkdv.config.blocks(), one_pass.dkdv.config.blocks(), "same blocks");
+                }
+                let short_plan = plan(&short, tuning);
+                assert_eq!(short_plan.dq_accumulation(), DqAccumulation::Kernel, "1000 keys: {short_plan}");
+                let asked = plan(&short, &tuning.with_backward_dq(Some(DqAccumulation::Atomic)));
+                assert_eq!(asked.dq_accumulation(), expected, "asked: {asked}");
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
-#         | rolled
+#         | rolled | rolled-compile
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
@@ -16,7 +16,8 @@
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
-# backward-atomic, backward-matrix, backward-rolled, backward-atomic-rolled (BWD_FILTER),
+# backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
+# backward-atomic-rolled (BWD_FILTER),
 # matrix-backward, matrix-forward, wave64, conformance, nn, or any other test binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -66,6 +67,8 @@ for s in "$@"; do
           # The backward suite (BWD_FILTER picks tests) on the matrix backward wherever the
           # device has cmma for the dtype (f16 / bf16 on CUDA; f32 keeps its path).
           backward-matrix) cmd=(env BURN_FLASH_BWD_PATH=matrix "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          # The same on the matrix one pass (dQ by atomic adds in the matrix dK/dV kernel).
+          backward-matrix-atomic) cmd=(env BURN_FLASH_BWD_PATH=matrix BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           # The matrix tests of the backward and forward suites (the matrix paths asked for).
           matrix-backward) cmd=("$BIN/backward" matrix --test-threads=${THREADS:-4}) ;;
           matrix-forward) cmd=("$BIN/forward" matrix --test-threads=${THREADS:-4}) ;;
@@ -173,18 +176,39 @@ for s in "$@"; do
       echo "== unrolled (default): exit $?, $((SECONDS - start)) s"
       { sed 's/^flash,/flash-rolled,/' "$OUT/rolled-only.csv"; grep -v '^impl' "$OUT/unrolled.csv"; } > "$OUT/rolled.csv"
       cat "$OUT/rolled.csv" ;;
+    rolled-compile)
+      # First calls (compilation + run) per kernel, rolled and unrolled (Tuning::rolled_steps),
+      # from CubeCL's profiler at PROFILE_SHAPES (default head dims 64 and 128 at 2048 keys):
+      # $OUT/kprofile-{rolled,unrolled}.csv, one process each.
+      args=()
+      for shape in ${PROFILE_SHAPES:-16,16,2048,64 16,16,2048,128}; do args+=("--shape=$shape"); done
+      for rolled in true false; do
+        name=$([ $rolled = true ] && echo rolled || echo unrolled)
+        BURN_FLASH_ROLLED=$rolled PROFILE_LOG="$OUT/cubecl-profile-$name.log" \
+          step "kprofile-$name" "$BIN/attention" profile "${args[@]}"
+        cp "$OUT/kprofile-$name.log" "$OUT/kprofile-$name.csv"
+      done ;;
     matrix)
       # The matrix paths (cmma: the forward's and the backward's, BURN_FLASH_FWD_PATH /
       # BURN_FLASH_BWD_PATH) beside the default (mma) path, ours only, at the eight shapes of
-      # `h200`, one process each: $OUT/matrix.csv (impl flash-matrix, then flash).
+      # `h200`, one process each: $OUT/matrix.csv (impl flash-matrix, flash-matrix-two-kernel,
+      # then flash).
       start=$SECONDS
       BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix timeout "${STEP_TIMEOUT:-420}" \
         "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/matrix-only.csv" 2> "$OUT/matrix.err"
       echo "== matrix: exit $?, $((SECONDS - start)) s"
+      # The matrix backward with dQ by its own kernel where the default takes the one pass
+      # (2048 keys and more), impl flash-matrix-two-kernel.
+      BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix BURN_FLASH_DQ=kernel timeout "${STEP_TIMEOUT:-420}" \
+        "$BIN/attention" speed --flash-only ${MATRIX_TWO_KERNEL_SHAPES:---shape=16,16,2048,64 --shape=16,16,2048,128 --shape=4,16,8192,128} \
+        > "$OUT/matrix-two-kernel.csv" 2>> "$OUT/matrix.err"
+      echo "== matrix, dQ by its kernel: exit $?, $((SECONDS - start)) s"
       timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
         > "$OUT/mma.csv" 2> "$OUT/mma.err"
       echo "== mma (default): exit $?, $((SECONDS - start)) s"
-      { sed 's/^flash,/flash-matrix,/' "$OUT/matrix-only.csv"; grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
+      { sed 's/^flash,/flash-matrix,/' "$OUT/matrix-only.csv"
+        grep -v '^impl' "$OUT/matrix-two-kernel.csv" | sed 's/^flash,/flash-matrix-two-kernel,/'
+        grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
       grep -iE "warning|error" "$OUT/matrix.err" | head -5
       cat "$OUT/matrix.csv" ;;
     ncu)

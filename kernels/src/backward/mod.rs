@@ -11,8 +11,9 @@
 //! written by one unit, and every sum runs in a fixed order, so reruns are bit-identical.
 //! [`DqAccumulation::Atomic`](crate::plan::DqAccumulation::Atomic) (the one-pass backward, [`dq_sink`]; both paths, devices with
 //! f32 atomic add) replaces step 3: the dK/dV kernel adds each block pair's `dS K` to an f32
-//! accumulator with atomic adds, and a last kernel writes `dq` from it. Two paths per kernel: the register-level mma
-//! ([`mma`], CUDA f16/bf16) and the portable one (scalar f32 FMAs on shared-memory tiles, no
+//! accumulator with atomic adds, and a last kernel writes `dq` from it. Three paths per kernel:
+//! the register-level mma ([`mma`], CUDA f16/bf16), the matrix one ([`matrix`], 16x16x16 cmma
+//! tiles: gfx942 with rocWMMA) and the portable one (scalar f32 FMAs on shared-memory tiles, no
 //! cmma, no plane operations), which runs on every runtime; f32 accumulation for f16, bf16 and
 //! f32 inputs.
 //!
@@ -134,8 +135,9 @@ pub fn flash_attention_backward<R: Runtime>(
     }
     if plan.dq_accumulation() == DqAccumulation::Atomic {
         let width = match plan.dkdv.config {
-            GradientConfig::Mma(config) => config.dq_width,
-            GradientConfig::Portable(_) | GradientConfig::Matrix(_) => 1,
+            GradientConfig::Mma(MmaGradientConfig { dq_width, .. })
+            | GradientConfig::Matrix(MatrixGradientConfig { dq_width, .. }) => dq_width,
+            GradientConfig::Portable(_) => 1,
         };
         check_atomics(client, width)?;
     }
@@ -280,9 +282,8 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
             dv_out,
             config,
         ),
-        // The planner never gives the matrix path the one pass.
-        (GradientConfig::Matrix(config), _) => {
-            matrix::launch_dkdv::<R, F, M>(client, problem, inputs.clone(), dk_out, dv_out, config)
+        (GradientConfig::Matrix(config), acc) => {
+            matrix::launch_dkdv::<R, F, M>(client, problem, inputs.clone(), (dk_out, dv_out, acc), config)
         }
     }
     if grouped {

@@ -6,7 +6,7 @@
 use core::fmt;
 
 use crate::backward::config::{
-    BackwardKernel, BackwardPath, GradientConfig, MmaGradientConfig,
+    BackwardKernel, BackwardPath, GradientConfig, MatrixGradientConfig, MmaGradientConfig,
     PortableGradientConfig,
 };
 use crate::config::MATRIX_TILE;
@@ -107,8 +107,8 @@ pub enum DqAccumulation {
     Kernel,
     /// The one-pass backward ([`crate::backward::dq_sink`]): the dK/dV kernel adds each block
     /// pair's share with f32 atomic adds, 5 products per pair instead of 7; dQ's last bits
-    /// vary from run to run (the order in which the key blocks' shares arrive does). Both paths
-    /// (portable and mma), devices with f32 atomic add.
+    /// vary from run to run (the order in which the key blocks' shares arrive does). Every path
+    /// (portable, mma, matrix), devices with f32 atomic add.
     Atomic,
 }
 
@@ -154,7 +154,8 @@ impl BackwardPlan {
     pub fn dq_accumulation(&self) -> DqAccumulation {
         match self.dkdv.config {
             GradientConfig::Portable(PortableGradientConfig { atomic_dq: true, .. })
-            | GradientConfig::Mma(MmaGradientConfig { atomic_dq: true, .. }) => DqAccumulation::Atomic,
+            | GradientConfig::Mma(MmaGradientConfig { atomic_dq: true, .. })
+            | GradientConfig::Matrix(MatrixGradientConfig { atomic_dq: true, .. }) => DqAccumulation::Atomic,
             _ => DqAccumulation::Kernel,
         }
     }
@@ -234,7 +235,7 @@ pub fn backward(
     let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
     // The one pass is taken where it can run (a device with f32 atomic add and, on the mma path,
     // blocks that still fit with the dS^T tile) when asked for, or, without a preference, on
-    // the mma path from ONE_PASS_MIN_KEYS keys; elsewhere dQ keeps its kernel.
+    // the mma and matrix paths from ONE_PASS_MIN_KEYS keys; elsewhere dQ keeps its kernel.
     let asked = tuning.backward_dq == Some(DqAccumulation::Atomic);
     let by_default = tuning.backward_dq.is_none() && problem.seq_kv >= ONE_PASS_MIN_KEYS;
     if caps.has_atomic_f32_add() {
@@ -244,6 +245,20 @@ pub fn backward(
                 if let Some(one_pass) = one_pass_config(caps, problem, tuning, config) {
                     *config = one_pass;
                 }
+            }
+            GradientConfig::Matrix(config) if asked || by_default => {
+                // Same blocks and shared memory; dQ in the widest request the device adds and
+                // head_dim divides (the accumulator's rows are head_dim long).
+                let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
+                config.dq_width = DQ_WIDTHS
+                    .into_iter()
+                    .find(|&width| {
+                        width <= widest
+                            && problem.head_dim.is_multiple_of(width as usize)
+                            && caps.has_atomic_f32_add_of(width)
+                    })
+                    .unwrap_or(1);
+                config.atomic_dq = true;
             }
             GradientConfig::Mma(_) | GradientConfig::Matrix(_) => {}
         }

@@ -5,6 +5,7 @@
 //! the FlashAttention rule. `BURN_FLASH_BWD_PATH=matrix` runs the whole suite on it instead
 //! (with `BURN_FLASH_MATRIX_STAND_IN=1` where the device has no cmma).
 use burn_flash_attn_kernels::backward::BackwardPath;
+use burn_flash_attn_kernels::plan::DqAccumulation;
 use burn_flash_attn_kernels::problem::FloatKind::{self, BF16, F16, F32};
 
 use crate::support::planning::tuning;
@@ -106,10 +107,62 @@ fn matrix_backward_f32_tiles_stand_in() {
     run_with(&all, &f32_tiles);
 }
 
-/// Reruns of the matrix backward are bit-identical (every sum in a fixed order, no atomics).
+/// The one pass on the matrix path (dQ by f32 atomic adds in the dK/dV kernel) where the device
+/// adds f32 atomically, otherwise dQ's kernel (printed): every case must plan the one it can
+/// run and meet the rule. Odd head dims take 1 f32 per request, multiples of 4 the widest the
+/// device has; f32 tiles too.
+#[test]
+fn matrix_one_pass_meets_the_rule() {
+    let atomic = has_atomic_f32_add();
+    let expected = if atomic { DqAccumulation::Atomic } else { DqAccumulation::Kernel };
+    let one_pass = tuning()
+        .with_backward_path(Some(BackwardPath::Matrix))
+        .with_matrix_stand_in(true)
+        .with_backward_dq(Some(DqAccumulation::Atomic));
+    let all = [
+        Case::new(F16, 113, 203, 64).causal(),
+        Case::new(BF16, 203, 113, 64).causal().heads(2, 2),
+        Case::new(F16, 37, 29, 31).mask(MaskPattern::RandomWithMaskedRows).bias(),
+        Case::new(BF16, 45, 58, 24).softcap(5.0).scale(0.7).causal(),
+        Case::new(F16, 65, 33, 80).val_dim(40).causal(),
+        Case::new(F16, 96, 130, 32).heads(1, 4).gqa(2).window(Some(20), Some(10)).dropout(0.2, 3),
+        Case::new(F16, 77, 90, 128).quiet().mask(MaskPattern::RandomWithMaskedRows).bias(),
+        Case::new(F32, 90, 61, 16).alibi().causal(),
+    ];
+    let f32_tiles = one_pass.clone().with_matrix_f32_tiles(true);
+    let tiles_cases = [
+        Case::new(BF16, 113, 203, 40).causal(),
+        Case::new(F16, 203, 113, 40).causal(),
+        Case::new(F16, 33, 47, 32).heads(2, 3).transposed(),
+    ];
+    for (cases, tuning) in [(&all[..], &one_pass), (&tiles_cases[..], &f32_tiles)] {
+        run_all(cases, |case| {
+            let Some(plan) = run_case_with(case, tuning)? else { return Ok(()) };
+            println!("{}: {plan}", case.label());
+            if plan.dkdv.config.path() != BackwardPath::Matrix || plan.dq_accumulation() != expected {
+                return Err(format!("{}: planned {plan}, expected the matrix path with dQ by {}", case.label(), expected.name()));
+            }
+            Ok(())
+        });
+    }
+}
+
+fn has_atomic_f32_add() -> bool {
+    let yes = burn_flash_attn_kernels::plan::DeviceCaps::of(&client()).has_atomic_f32_add();
+    if !yes {
+        println!("the test device has no f32 atomic add: dQ keeps its kernel");
+    }
+    yes
+}
+
+/// Reruns of the deterministic matrix backward are bit-identical (every sum in a fixed order,
+/// no atomics).
 #[test]
 fn matrix_backward_reruns_are_bit_identical() {
-    let matrix = tuning().with_backward_path(Some(BackwardPath::Matrix)).with_matrix_stand_in(true);
+    let matrix = tuning()
+        .with_backward_path(Some(BackwardPath::Matrix))
+        .with_matrix_stand_in(true)
+        .deterministic();
     let case = Case::new(BF16, 203, 113, 64).mask(MaskPattern::RandomWithMaskedRows).bias().causal();
     crate::determinism::assert_reruns_identical(&case, &matrix, 5);
 }

@@ -72,11 +72,10 @@ fn run_planned(accumulation: DqAccumulation) {
 }
 
 /// Whether the plan's dK/dV kernel would fit the device as the one-pass kernel (the portable
-/// one needs nothing more; the mma one a dS^T tile; the matrix path has none).
+/// and matrix ones need nothing more; the mma one a dS^T tile).
 fn one_pass_fits(plan: &burn_flash_attn_kernels::plan::BackwardPlan) -> bool {
     match plan.dkdv.config {
-        GradientConfig::Portable(_) => true,
-        GradientConfig::Matrix(_) => false,
+        GradientConfig::Portable(_) | GradientConfig::Matrix(_) => true,
         GradientConfig::Mma(config) => {
             let one_pass = MmaGradientConfig { atomic_dq: true, ..config };
             one_pass.shared_memory_bytes() <= plan.dkdv.device_shared_memory

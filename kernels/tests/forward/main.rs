@@ -31,6 +31,7 @@ mod shapes;
 
 use burn_flash_attn_kernels::FlashError;
 use burn_flash_attn_kernels::FloatKind::F32;
+use burn_flash_attn_kernels::ForwardPath;
 use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
 use burn_flash_attn_kernels::plan::DeviceCaps;
 
@@ -59,7 +60,10 @@ fn launcher_refuses_tensors_that_disagree_with_the_problem() {
         o: wrong_o.binding(),
         lse: lse.binding(),
     };
-    let plan = planning::forward_plan_for(&DeviceCaps::of(&client), &problem, tensors.layout(F32), None)
+    // The portable path, which every device runs: what is checked is the launcher, not a path
+    // (BURN_FLASH_FWD_PATH=matrix would refuse f32).
+    let layout = tensors.layout(F32);
+    let plan = planning::forward_plan_for(&DeviceCaps::of(&client), &problem, layout, Some(ForwardPath::Portable))
         .expect("planned");
     let result = flash_attention_forward(&client, &problem, &plan, tensors);
     assert!(

@@ -9,7 +9,9 @@ use crate::support::kernel_args::{score_params, tensor};
 use crate::support::planning;
 use std::collections::BTreeMap;
 
-use burn_flash_attn_kernels::backward::config::{BackwardKernel, GradientConfig, PortableGradientConfig};
+use burn_flash_attn_kernels::backward::config::{
+    BackwardKernel, GradientConfig, MatrixGradientConfig, PortableGradientConfig,
+};
 use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, DqSink, NoDq};
 use burn_flash_attn_kernels::backward::dkdv::flash_attention_backward_dkdv_kernel::FlashAttentionBackwardDkdvKernel;
 use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::FlashAttentionBackwardDqKernel;
@@ -97,8 +99,12 @@ impl Variant {
                     GradientConfig::Portable(p) if p.atomic_dq => "-atomicdq",
                     GradientConfig::Portable(_) => "",
                     GradientConfig::Mma(_) => "-mma",
-                    GradientConfig::Matrix(m) if m.f32_tiles => "-matrix-f32tiles",
-                    GradientConfig::Matrix(_) => "-matrix",
+                    GradientConfig::Matrix(m) => match (m.f32_tiles, m.atomic_dq) {
+                        (false, false) => "-matrix",
+                        (false, true) => "-matrix-atomicdq",
+                        (true, false) => "-matrix-f32tiles",
+                        (true, true) => "-matrix-f32tiles-atomicdq",
+                    },
                 },
                 options_tag(c.score()),
                 c.dims().0,
@@ -158,11 +164,20 @@ pub fn routed_variants(
             add(KernelConfig::Backward(plan.config), plan.to_string());
             // The one-pass backward's dK/dV kernel (dQ by f32 atomic adds, which HIP has) on
             // the same blocks.
-            if let GradientConfig::Portable(config) = plan.config
-                && config.kernel == BackwardKernel::KeyValue
+            let one_pass = match plan.config {
+                GradientConfig::Portable(config) => {
+                    Some(GradientConfig::Portable(PortableGradientConfig { atomic_dq: true, ..config }))
+                }
+                // HIP adds one f32 per request.
+                GradientConfig::Matrix(config) => {
+                    Some(GradientConfig::Matrix(MatrixGradientConfig { atomic_dq: true, dq_width: 1, ..config }))
+                }
+                GradientConfig::Mma(_) => None,
+            };
+            if let Some(one_pass) = one_pass
+                && plan.config.kernel() == BackwardKernel::KeyValue
                 && caps.has_atomic_f32_add()
             {
-                let one_pass = GradientConfig::Portable(PortableGradientConfig { atomic_dq: true, ..config });
                 add(KernelConfig::Backward(one_pass), format!("{plan}, dQ by f32 atomic adds (one pass)"));
             }
         }
@@ -252,13 +267,13 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
         KernelConfig::Backward(GradientConfig::Mma(_)) => {
             Err("the mma backward path has no HIP generator here".to_string())
         }
-        KernelConfig::Backward(GradientConfig::Matrix(config)) if config.f32_tiles => {
-            // bf16 staged as f32 tiles on the f32 cmma (rocWMMA's bf16 fragments do not compile).
-            matrix_backward::<M, F, f32, K>(settings(), client, config)
-        }
-        KernelConfig::Backward(GradientConfig::Matrix(config)) => {
-            matrix_backward::<M, F, F, K>(settings(), client, config)
-        }
+        // bf16 staged as f32 tiles on the f32 cmma (rocWMMA's bf16 fragments do not compile).
+        KernelConfig::Backward(GradientConfig::Matrix(config)) => match (config.f32_tiles, config.atomic_dq) {
+            (true, true) => matrix_backward::<M, F, f32, K, AtomicDq>(settings(), client, config),
+            (true, false) => matrix_backward::<M, F, f32, K, NoDq>(settings(), client, config),
+            (false, true) => matrix_backward::<M, F, F, K, AtomicDq>(settings(), client, config),
+            (false, false) => matrix_backward::<M, F, F, K, NoDq>(settings(), client, config),
+        },
         KernelConfig::Backward(GradientConfig::Portable(config)) if config.kernel == BackwardKernel::KeyValue => {
             // Which accumulator the kernel binds is a type (`DqSink`): one variant each.
             fn dkdv<F: Float, K: Int, D: DqSink, M: MatrixCores>(
@@ -339,16 +354,18 @@ fn matrix_forward<M: MatrixCores, F: Float, E: Float, K: Int>(
     OfflineHip::<M>::hip_source(kernel, GFX942)
 }
 
-/// The HIP source of a matrix gradient kernel with tiles of type `E`.
-fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int>(
+/// The HIP source of a matrix gradient kernel with tiles of type `E` (the dK/dV kernel's dQ
+/// going to `D`).
+fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int, D: DqSink>(
     settings: KernelSettings,
     client: ComputeClient<OfflineHip<M>>,
-    config: burn_flash_attn_kernels::backward::MatrixGradientConfig,
+    config: MatrixGradientConfig,
 ) -> Result<HipSource, String> {
     if config.kernel == BackwardKernel::KeyValue {
-        let kernel = MatrixDkdvKernel::<F, E, K, Cmma, OfflineHip<M>>::new(
+        let kernel = MatrixDkdvKernel::<F, E, K, Cmma, D, OfflineHip<M>>::new(
             settings,
             client,
+            tensor(),
             tensor(),
             tensor(),
             tensor(),

@@ -33,6 +33,12 @@ pub struct MatrixGradientConfig {
     /// elements of a 16x16 tile): the same kernels on devices without cmma, for the tests
     /// ([`crate::plan::Tuning::matrix_stand_in`]). Never planned otherwise.
     pub stand_in: bool,
+    /// The one-pass backward (dK/dV kernel only): each block pair's `dS K` is also added to an
+    /// f32 dQ accumulator with atomic adds ([`crate::backward::dq_sink`]), on the same blocks
+    /// and shared memory (S's tile stages each plane's dQ tile).
+    pub atomic_dq: bool,
+    /// f32 per atomic add request (1, 2 or 4) with `atomic_dq`; head_dim is a multiple of it.
+    pub dq_width: u32,
 }
 
 impl MatrixGradientConfig {

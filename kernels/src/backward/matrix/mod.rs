@@ -23,6 +23,12 @@
 //! scale: dK and dQ are multiplied by it once, when written. Every gradient element is written
 //! by one lane and every sum runs in a fixed order: reruns are bit-identical. Synchronization
 //! is cube-wide only (`sync_plane` does not compile on HIP), control flow uniform.
+//!
+//! The one pass ([`MatrixGradientConfig::atomic_dq`], FlashAttention-2's schedule): the dK/dV
+//! kernel also computes each pair's `dQ share = dS K` (`[block_q, head_dim]`, 16x16 tiles
+//! dealt round-robin to the planes, each chained over the block's keys), stages each tile
+//! through its plane's part of S's tile and adds it to an f32 accumulator with atomic adds
+//! ([`super::dq_sink`]); dQ's kernel does not run. Its last bits vary from run to run.
 use cubecl::prelude::*;
 
 use crate::config::MATRIX_TILE;
@@ -36,8 +42,10 @@ use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
 use super::config::{BackwardKernel, MatrixGradientConfig};
+use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq};
+use crate::checks::stand_in;
 use tiles::{
-    chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
+    add_dq_share, chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
     strip_transposed_product, write_rows, zero_tiles,
 };
 
@@ -45,40 +53,60 @@ mod tiles;
 
 
 /// Launches the matrix dK/dV kernel with `config` (a [`BackwardKernel::KeyValue`] config from
-/// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten.
+/// [`crate::plan::backward`]). `dk` and `dv` are fully overwritten. With `config.atomic_dq`
+/// (the one pass) every block pair's `dS K` is also added to `dq_acc` (f32, zeroed, contiguous
+/// `[batch, num_heads, seq_q, head_dim]`, without the scale), `config.dq_width` columns per
+/// atomic request; otherwise `dq_acc` is `None`.
 pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     problem: &AttentionProblem,
     inputs: GradientInputs<R>,
-    dk: TensorBinding<R>,
-    dv: TensorBinding<R>,
+    (dk, dv, dq_acc): (TensorBinding<R>, TensorBinding<R>, Option<TensorBinding<R>>),
     config: MatrixGradientConfig,
 ) {
+    debug_assert_eq!(config.atomic_dq, dq_acc.is_some());
     debug_assert_eq!(config.kernel, BackwardKernel::KeyValue);
     let blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
     let a = inputs.into_args(client);
     let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
+    // Without the one pass, `NoDq` binds an f32 it never touches.
+    let dq_acc = match dq_acc {
+        Some(acc) => acc.into_tensor_arg(),
+        None => stand_in(client, f32::as_bytes(&[0.0f32]), 4),
+    };
     let params = score_params(problem);
-    // The tiles' type (the dtype, or f32) and the products' implementation are types.
+    // The tiles' type (the dtype, or f32), the products' implementation and where dQ goes are
+    // types.
     macro_rules! launch {
-        ($tile:ty, $mma:ty) => {
+        ($tile:ty, $mma:ty, $sink:ty) => {
             // SAFETY: shapes and strides were validated against the problem; global reads are
-            // bounds-checked in the tile loads, global writes against seq_kv and the dims.
+            // bounds-checked in the tile loads, global writes against seq_kv and the dims
+            // (dq_acc: rows against seq_q, columns against head_dim, one-pass configs only).
             unsafe {
-                matrix_dkdv_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
+                matrix_dkdv_kernel::launch_unchecked::<F, $tile, M, $mma, $sink, R>(
                     client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                    a.bias, a.slopes, dk, dv, params, config,
+                    a.bias, a.slopes, dk, dv, dq_acc, params, config,
                 )
             }
         };
     }
+    macro_rules! by_sink {
+        ($tile:ty, $mma:ty) => {
+            match (config.atomic_dq, config.dq_width) {
+                (false, _) => launch!($tile, $mma, NoDq),
+                (true, 4) => launch!($tile, $mma, AtomicDqQuads),
+                (true, 2) => launch!($tile, $mma, AtomicDqPairs),
+                (true, _) => launch!($tile, $mma, AtomicDq),
+            }
+        };
+    }
     match (config.f32_tiles, config.stand_in) {
-        (false, false) => launch!(F, Cmma),
-        (false, true) => launch!(F, StandIn),
-        (true, false) => launch!(f32, Cmma),
-        (true, true) => launch!(f32, StandIn),
+        (false, false) => by_sink!(F, Cmma),
+        (false, true) => by_sink!(F, StandIn),
+        (true, false) => by_sink!(f32, Cmma),
+        (true, true) => by_sink!(f32, StandIn),
     }
 }
 
@@ -119,7 +147,7 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
+pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
@@ -131,6 +159,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     slopes: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
+    dq_acc: &mut Tensor<D::Acc>,
     params: ScoreParams,
     #[comptime] config: MatrixGradientConfig,
 ) {
@@ -183,6 +212,11 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma>(
         // dV_w += P_w^T dO and dK_w += dS_w^T Q.
         strip_transposed_product::<E, T>(&mut dv_acc, &tiles.p, own, &tiles.d_out, dv_tile, dv_stride, config);
         strip_transposed_product::<E, T>(&mut dk_acc, &tiles.ds, own, &tiles.q, dk_tile, dk_stride, config);
+        // The one pass: dQ += dS K for the block's query rows (S's tile is free until the next
+        // block's dots).
+        if comptime!(config.atomic_dq) {
+            add_dq_share::<E, T, D>(dq_acc, &mut tiles, q_start, params.seq_q, config);
+        }
         // The next query block overwrites Q, dO and the stats.
         sync_cube();
     }

@@ -46,6 +46,9 @@ pub(super) fn matrix_config(
                 f32_tiles,
                 score: problem.score_options(),
                 stand_in,
+                // The one pass is chosen after the blocks (`super::backward`).
+                atomic_dq: false,
+                dq_width: 1,
             }
         })
         .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
