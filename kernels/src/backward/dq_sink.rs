@@ -129,18 +129,28 @@ impl DqSink for NoDq {
     fn add_quad(_acc: &mut Tensor<f32>, _index: usize, _value: Quad<f32>) {}
 }
 
-/// A contiguous f32 `shape` tensor of zeros: the accumulator of one backward launch.
+/// A contiguous f32 `shape` tensor of zeros: the accumulator of one backward launch. Zeroed 4
+/// f32 per unit where the element count allows (one 16-byte store each).
 pub(crate) fn zeroed_accumulator<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 4]) -> TensorBinding<R> {
     let total: usize = shape.iter().product();
     let acc = contiguous_scratch(client, &shape, size_of::<f32>());
-    // SAFETY: every write is bounds-checked against the tensor's length.
+    // SAFETY: every write is bounds-checked against the tensor's length (in its elements as
+    // bound: quads where `total` is a multiple of 4).
     unsafe {
-        fill_zero::launch_unchecked::<R>(client, cube_count(total), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
+        if total.is_multiple_of(4) {
+            fill_zero_quads::launch_unchecked::<R>(client, cube_count(total / 4), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
+        } else {
+            fill_zero::launch_unchecked::<R>(client, cube_count(total), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
+        }
     }
     acc
 }
 
 /// `dq = F(scale * acc)` for every element (`dq` of any strides, `acc` contiguous, same shape).
+/// Where head_dim is a multiple of 4, each unit takes 4 adjacent columns of a row (one 16-byte
+/// load of `acc`, one index split for the 4): the element-per-unit kernel spent most of its
+/// time splitting 64-bit indices (0.23 ms for 16 M elements on the H200 at (16,16,2048,64),
+/// 5x its memory traffic's time; benches/RESULTS.md, 2026-12-04).
 pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     client: &ComputeClient<R>,
     acc: TensorBinding<R>,
@@ -148,17 +158,30 @@ pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     scale: f32,
 ) {
     let total: usize = dq.shape.iter().product();
+    let quads = dq.shape[3].is_multiple_of(4);
+    let count = if quads { total / 4 } else { total };
     // SAFETY: `acc` and `dq` have the problem's query shape (checked by the backward launcher);
-    // every access is bounds-checked against `total`.
+    // every access is bounds-checked against `acc`'s length as bound.
     unsafe {
-        finish_dq::launch_unchecked::<F, R>(
-            client,
-            cube_count(total),
-            CubeDim::new_1d(UNITS),
-            acc.into_tensor_arg(),
-            dq.into_tensor_arg(),
-            scale,
-        )
+        if quads {
+            finish_dq_quads::launch_unchecked::<F, R>(
+                client,
+                cube_count(count),
+                CubeDim::new_1d(UNITS),
+                acc.into_tensor_arg(),
+                dq.into_tensor_arg(),
+                scale,
+            )
+        } else {
+            finish_dq::launch_unchecked::<F, R>(
+                client,
+                cube_count(count),
+                CubeDim::new_1d(UNITS),
+                acc.into_tensor_arg(),
+                dq.into_tensor_arg(),
+                scale,
+            )
+        }
     }
 }
 
@@ -171,10 +194,35 @@ fn fill_zero(acc: &mut Tensor<f32>) {
 }
 
 #[cube(launch_unchecked)]
+fn fill_zero_quads(acc: &mut Tensor<Quad<f32>>) {
+    let index = element_index();
+    if index < acc.len() {
+        acc[index] = Quad::<f32>::new(0.0f32);
+    }
+}
+
+#[cube(launch_unchecked)]
 fn finish_dq<F: Float>(acc: &Tensor<f32>, dq: &mut Tensor<F>, scale: f32) {
     let index = element_index();
     if index < acc.len() {
         let (b, h, s, d) = split_index(index, dq);
         dq[offset(dq, b, h, s, d)] = F::cast_from(acc[index] * scale);
+    }
+}
+
+/// [`finish_dq`] for 4 adjacent columns per unit (`acc` bound as quads; head_dim a multiple
+/// of 4, so a quad never straddles two rows).
+#[cube(launch_unchecked)]
+fn finish_dq_quads<F: Float>(acc: &Tensor<Quad<f32>>, dq: &mut Tensor<F>, scale: f32) {
+    let quad = element_index();
+    if quad < acc.len() {
+        let value = acc[quad];
+        let (b, h, s, d) = split_index(quad * 4, dq);
+        let at = offset(dq, b, h, s, d);
+        let step = dq.stride(3);
+        #[unroll]
+        for c in 0..4usize {
+            dq[at + c * step] = F::cast_from(value[c] * scale);
+        }
     }
 }
