@@ -122,7 +122,8 @@ pub enum DqAccumulation {
 /// - 1024 keys: head dim 64 0.97 / 0.91, head dim 32 0.89 / 0.87; 512 keys (host-bound) 0.99 /
 ///   1.05.
 ///
-/// The portable path keeps dQ's kernel unless asked: its one pass is not measured.
+/// The portable path keeps dQ's kernel unless asked: its one pass is not measured. The matrix
+/// path takes the one pass at every length (measured faster there down to 512 keys).
 pub const ONE_PASS_MIN_KEYS: usize = 2048;
 
 impl DqAccumulation {
@@ -235,7 +236,8 @@ pub fn backward(
     let dq = gradient(caps, problem, layout, tuning, BackwardKernel::Query)?;
     // The one pass is taken where it can run (a device with f32 atomic add and, on the mma path,
     // blocks that still fit with the dS^T tile) when asked for, or, without a preference, on
-    // the mma and matrix paths from ONE_PASS_MIN_KEYS keys; elsewhere dQ keeps its kernel.
+    // the mma path from ONE_PASS_MIN_KEYS keys and on the matrix path at every length (see
+    // below); elsewhere dQ keeps its kernel.
     let asked = tuning.backward_dq == Some(DqAccumulation::Atomic);
     let by_default = tuning.backward_dq.is_none() && problem.seq_kv >= ONE_PASS_MIN_KEYS;
     if caps.has_atomic_f32_add() {
@@ -246,7 +248,12 @@ pub fn backward(
                     *config = one_pass;
                 }
             }
-            GradientConfig::Matrix(config) if asked || by_default => {
+            // On the matrix path the one pass measured 1.25-1.54x the two-kernel backward's
+            // forward + backward at every length tried (H200, bf16, cmma, 512 to 8192 keys,
+            // head dims 32-128; 2026-12-04, fb61f9a,
+            // `benches/results/2026-12-04-h200-fb61f9a/matrix*.csv`): its dQ kernel recomputes S
+            // and dP through shared memory, which costs this path more than the atomics do.
+            GradientConfig::Matrix(config) if asked || tuning.backward_dq.is_none() => {
                 // Same blocks and shared memory; dQ in the widest request the device adds and
                 // head_dim divides (the accumulator's rows are head_dim long).
                 let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
