@@ -159,28 +159,15 @@ pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
 ) {
     let total: usize = dq.shape.iter().product();
     let quads = dq.shape[3].is_multiple_of(4);
-    let count = if quads { total / 4 } else { total };
+    let cubes = cube_count(if quads { total / 4 } else { total });
+    let (dim, acc, dq) = (CubeDim::new_1d(UNITS), acc.into_tensor_arg(), dq.into_tensor_arg());
     // SAFETY: `acc` and `dq` have the problem's query shape (checked by the backward launcher);
     // every access is bounds-checked against `acc`'s length as bound.
     unsafe {
         if quads {
-            finish_dq_quads::launch_unchecked::<F, R>(
-                client,
-                cube_count(count),
-                CubeDim::new_1d(UNITS),
-                acc.into_tensor_arg(),
-                dq.into_tensor_arg(),
-                scale,
-            )
+            finish_dq_quads::launch_unchecked::<F, R>(client, cubes, dim, acc, dq, scale)
         } else {
-            finish_dq::launch_unchecked::<F, R>(
-                client,
-                cube_count(count),
-                CubeDim::new_1d(UNITS),
-                acc.into_tensor_arg(),
-                dq.into_tensor_arg(),
-                scale,
-            )
+            finish_dq::launch_unchecked::<F, R>(client, cubes, dim, acc, dq, scale)
         }
     }
 }

@@ -345,7 +345,7 @@ pub(super) fn write_rows<F: Float, T: TileMma>(
 /// without the scale), added to `dq_acc` (contiguous `[batch, num_heads, seq_q, head_dim]`) with
 /// atomic adds. Its 16x16 tiles are dealt round-robin to the planes; each is chained over the
 /// block's keys, stored to the plane's 16x16 part of S's tile, then added by the plane's lanes,
-/// 4 adjacent columns at a time (one request where head_dim is a multiple of 4). Rows past
+/// 4 adjacent columns per request where head_dim is a multiple of 4, else one. Rows past
 /// seq_q and columns past head_dim are not added. Every plane reaches every sync.
 #[cube]
 pub(super) fn add_dq_share<E: Float, T: TileMma, D: DqSink>(
@@ -390,29 +390,32 @@ pub(super) fn add_dq_share<E: Float, T: TileMma, D: DqSink>(
         T::store(&acc, &mut tiles.s.slice_mut(own, len), MATRIX_TILE, plane_size);
         sync_cube();
         if t < count {
-            for step in 0..comptime!(quads.div_ceil(plane_size)) {
-                let quad = UNIT_POS_X + step * plane_size;
-                // 16 columns per tile row: a quad never straddles two rows.
-                let e = quad * 4;
-                let row = q_start + i * MATRIX_TILE + e / MATRIX_TILE;
-                let col = n * MATRIX_TILE + e % MATRIX_TILE;
-                if quad < quads && row < seq_q && col < head_dim {
-                    let at = base + (row * head_dim + col) as usize;
-                    let from = own + e as usize;
-                    if comptime!(head_dim.is_multiple_of(4)) {
+            if comptime!(head_dim.is_multiple_of(4)) {
+                for step in 0..comptime!(quads.div_ceil(plane_size)) {
+                    let quad = UNIT_POS_X + step * plane_size;
+                    // 16 columns per tile row: a quad never straddles two rows.
+                    let e = quad * 4;
+                    let row = q_start + i * MATRIX_TILE + e / MATRIX_TILE;
+                    let col = n * MATRIX_TILE + e % MATRIX_TILE;
+                    if quad < quads && row < seq_q && col < head_dim {
+                        let from = own + e as usize;
                         let mut value = Quad::<f32>::new(0.0f32);
                         #[unroll]
                         for c in 0..4usize {
                             value[c] = tiles.s[from + c];
                         }
-                        D::add_quad(dq_acc, at, value);
-                    } else {
-                        #[unroll]
-                        for c in 0..4u32 {
-                            if col + c < head_dim {
-                                D::add(dq_acc, at + c as usize, tiles.s[from + c as usize]);
-                            }
-                        }
+                        D::add_quad(dq_acc, base + (row * head_dim + col) as usize, value);
+                    }
+                }
+            } else {
+                // One element per lane and step: fewer live scalars than guarded quads (the
+                // all-options kernel at head dim 33 spilled SGPRs on gfx942 with them).
+                for step in 0..comptime!(TILE_ELEMENTS.div_ceil(plane_size)) {
+                    let e = UNIT_POS_X + step * plane_size;
+                    let row = q_start + i * MATRIX_TILE + e / MATRIX_TILE;
+                    let col = n * MATRIX_TILE + e % MATRIX_TILE;
+                    if e < TILE_ELEMENTS && row < seq_q && col < head_dim {
+                        D::add(dq_acc, base + (row * head_dim + col) as usize, tiles.s[own + e as usize]);
                     }
                 }
             }
