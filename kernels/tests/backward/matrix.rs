@@ -129,7 +129,7 @@ fn matrix_one_pass_meets_the_rule() {
         Case::new(F16, 77, 90, 128).quiet().mask(MaskPattern::RandomWithMaskedRows).bias(),
         Case::new(F32, 90, 61, 16).alibi().causal(),
     ];
-    let f32_tiles = one_pass.clone().with_matrix_f32_tiles(true);
+    let f32_tiles = one_pass.with_matrix_f32_tiles(true);
     let tiles_cases = [
         Case::new(BF16, 113, 203, 40).causal(),
         Case::new(F16, 203, 113, 40).causal(),
