@@ -149,7 +149,7 @@ pub(crate) fn zeroed_accumulator<R: Runtime>(client: &ComputeClient<R>, shape: [
 /// `dq = F(scale * acc)` for every element (`dq` of any strides, `acc` contiguous, same shape).
 /// Where head_dim is a multiple of 4, each unit takes 4 adjacent columns of a row (one 16-byte
 /// load of `acc`, one index split for the 4): the element-per-unit kernel spent most of its
-/// time splitting 64-bit indices (0.23 ms for 16 M elements on the H200 at (16,16,2048,64),
+/// time splitting 64-bit indices (0.23 ms for 33.5 M elements on the H200 at (16,16,2048,64),
 /// 5x its memory traffic's time; benches/RESULTS.md, 2026-12-04).
 pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     client: &ComputeClient<R>,
