@@ -197,8 +197,8 @@ for s in "$@"; do
       BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix timeout "${STEP_TIMEOUT:-420}" \
         "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/matrix-only.csv" 2> "$OUT/matrix.err"
       echo "== matrix: exit $?, $((SECONDS - start)) s"
-      # The matrix backward with dQ by its own kernel where the default takes the one pass
-      # (2048 keys and more), impl flash-matrix-two-kernel.
+      # The matrix backward with dQ by its own kernel (the deterministic path; the default is
+      # the one pass), impl flash-matrix-two-kernel, at MATRIX_TWO_KERNEL_SHAPES.
       BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix BURN_FLASH_DQ=kernel timeout "${STEP_TIMEOUT:-420}" \
         "$BIN/attention" speed --flash-only ${MATRIX_TWO_KERNEL_SHAPES:---shape=16,16,2048,64 --shape=16,16,2048,128 --shape=4,16,8192,128} \
         > "$OUT/matrix-two-kernel.csv" 2>> "$OUT/matrix.err"

@@ -19,8 +19,7 @@ use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
-use super::dq_sink::{AtomicDq, DqSink, NoDq};
-use crate::checks::stand_in;
+use super::dq_sink::{AtomicDq, DqSink, NoDq, no_accumulator};
 use super::block_pair::{
     BlockPair, BlockPairTiles, load_kv_block, load_query_block, new_tiles, recompute_p_and_ds,
     unit_element,
@@ -45,8 +44,7 @@ pub fn flash_attention_backward_dkdv<R: Runtime, F: Float, M: Int>(
     config: PortableGradientConfig,
 ) {
     debug_assert!(!config.atomic_dq, "the one-pass config takes launch_dkdv_dq");
-    // No accumulator: `NoDq` binds an f32 it never touches.
-    let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
+    let dq_acc = no_accumulator(client);
     launch::<R, F, M, NoDq>(client, problem, inputs, dk, dv, dq_acc, config)
 }
 

@@ -23,6 +23,7 @@
 use cubecl::prelude::*;
 
 use super::contiguous_scratch;
+use crate::checks::stand_in;
 use super::elementwise::{UNITS, cube_count, element_index, offset, split_index};
 use crate::primitives::mma::Pair;
 
@@ -129,18 +130,27 @@ impl DqSink for NoDq {
     fn add_quad(_acc: &mut Tensor<f32>, _index: usize, _value: Quad<f32>) {}
 }
 
+/// What a dK/dV kernel without the one pass binds as its accumulator: one f32 that `NoDq`
+/// never touches.
+pub(crate) fn no_accumulator<R: Runtime>(client: &ComputeClient<R>) -> TensorArg<R> {
+    stand_in(client, f32::as_bytes(&[0.0f32]), 4)
+}
+
 /// A contiguous f32 `shape` tensor of zeros: the accumulator of one backward launch. Zeroed 4
 /// f32 per unit where the element count allows (one 16-byte store each).
 pub(crate) fn zeroed_accumulator<R: Runtime>(client: &ComputeClient<R>, shape: [usize; 4]) -> TensorBinding<R> {
     let total: usize = shape.iter().product();
     let acc = contiguous_scratch(client, &shape, size_of::<f32>());
+    let quads = total.is_multiple_of(4);
+    let cubes = cube_count(if quads { total / 4 } else { total });
+    let (dim, arg) = (CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg());
     // SAFETY: every write is bounds-checked against the tensor's length (in its elements as
     // bound: quads where `total` is a multiple of 4).
     unsafe {
-        if total.is_multiple_of(4) {
-            fill_zero_quads::launch_unchecked::<R>(client, cube_count(total / 4), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
+        if quads {
+            fill_zero_quads::launch_unchecked::<R>(client, cubes, dim, arg)
         } else {
-            fill_zero::launch_unchecked::<R>(client, cube_count(total), CubeDim::new_1d(UNITS), acc.clone().into_tensor_arg())
+            fill_zero::launch_unchecked::<R>(client, cubes, dim, arg)
         }
     }
     acc

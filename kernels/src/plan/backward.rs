@@ -254,17 +254,8 @@ pub fn backward(
             // `benches/results/2026-12-04-h200-fb61f9a/matrix*.csv`): its dQ kernel recomputes S
             // and dP through shared memory, which costs this path more than the atomics do.
             GradientConfig::Matrix(config) if asked || tuning.backward_dq.is_none() => {
-                // Same blocks and shared memory; dQ in the widest request the device adds and
-                // head_dim divides (the accumulator's rows are head_dim long).
-                let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
-                config.dq_width = DQ_WIDTHS
-                    .into_iter()
-                    .find(|&width| {
-                        width <= widest
-                            && problem.head_dim.is_multiple_of(width as usize)
-                            && caps.has_atomic_f32_add_of(width)
-                    })
-                    .unwrap_or(1);
+                // Same blocks and shared memory.
+                config.dq_width = dq_width(caps, problem, tuning);
                 config.atomic_dq = true;
             }
             GradientConfig::Mma(_) | GradientConfig::Matrix(_) => {}
@@ -284,18 +275,26 @@ fn one_pass_config(
     tuning: &Tuning,
     planned: &MmaGradientConfig,
 ) -> Option<MmaGradientConfig> {
-    // The widest request the device registers, no wider than the tuning's.
-    let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
-    let dq_width = DQ_WIDTHS
-        .into_iter()
-        .find(|&width| width <= widest && caps.has_atomic_f32_add_of(width))
-        .unwrap_or(1);
+    let dq_width = dq_width(caps, problem, tuning);
     let one_pass = |config: MmaGradientConfig| MmaGradientConfig { atomic_dq: true, dq_width, ..config };
     let first = tuning.backward_mma.unwrap_or_else(mma_blocks::one_pass_default);
     core::iter::successors(Some(first), |blocks| blocks.smaller())
         .map(|blocks| one_pass(mma_config(caps, problem, tuning, BackwardKernel::KeyValue, blocks)))
         .chain([one_pass(*planned)])
         .find(|config| fits(caps, &GradientConfig::Mma(*config)))
+}
+
+/// f32 per dQ atomic request of a one pass: the widest of [`DQ_WIDTHS`] that the device adds
+/// atomically and head_dim divides (the accumulator's rows are head_dim long; the mma path's
+/// head dims are multiples of 8), no wider than the tuning's [`Tuning::backward_dq_width`].
+fn dq_width(caps: &DeviceCaps, problem: &AttentionProblem, tuning: &Tuning) -> u32 {
+    let widest = tuning.backward_dq_width.unwrap_or(DQ_WIDTHS[0]);
+    DQ_WIDTHS
+        .into_iter()
+        .find(|&width| {
+            width <= widest && problem.head_dim.is_multiple_of(width as usize) && caps.has_atomic_f32_add_of(width)
+        })
+        .unwrap_or(1)
 }
 
 /// One gradient kernel: the mma path where the device, dims and layout allow it and its

@@ -113,7 +113,7 @@ fn matrix_backward_f32_tiles_stand_in() {
 /// device has; f32 tiles too.
 #[test]
 fn matrix_one_pass_meets_the_rule() {
-    let atomic = has_atomic_f32_add();
+    let atomic = crate::one_pass::has_atomic_f32_add();
     let expected = if atomic { DqAccumulation::Atomic } else { DqAccumulation::Kernel };
     let one_pass = tuning()
         .with_backward_path(Some(BackwardPath::Matrix))
@@ -145,14 +145,6 @@ fn matrix_one_pass_meets_the_rule() {
             Ok(())
         });
     }
-}
-
-fn has_atomic_f32_add() -> bool {
-    let yes = burn_flash_attn_kernels::plan::DeviceCaps::of(&client()).has_atomic_f32_add();
-    if !yes {
-        println!("the test device has no f32 atomic add: dQ keeps its kernel");
-    }
-    yes
 }
 
 /// Reruns of the deterministic matrix backward are bit-identical (every sum in a fixed order,

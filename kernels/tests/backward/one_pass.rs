@@ -83,7 +83,8 @@ fn one_pass_fits(plan: &burn_flash_attn_kernels::plan::BackwardPlan) -> bool {
     }
 }
 
-fn has_atomic_f32_add() -> bool {
+/// Whether the test device adds f32 atomically (printed when not).
+pub(crate) fn has_atomic_f32_add() -> bool {
     let client = client();
     let yes = burn_flash_attn_kernels::plan::DeviceCaps::of(&client).has_atomic_f32_add();
     if !yes {

@@ -42,8 +42,7 @@ use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
 use super::config::{BackwardKernel, MatrixGradientConfig};
-use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq};
-use crate::checks::stand_in;
+use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_accumulator};
 use tiles::{
     add_dq_share, chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
     strip_transposed_product, write_rows, zero_tiles,
@@ -71,10 +70,9 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
     let a = inputs.into_args(client);
     let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
-    // Without the one pass, `NoDq` binds an f32 it never touches.
     let dq_acc = match dq_acc {
         Some(acc) => acc.into_tensor_arg(),
-        None => stand_in(client, f32::as_bytes(&[0.0f32]), 4),
+        None => no_accumulator(client),
     };
     let params = score_params(problem);
     // The tiles' type (the dtype, or f32), the products' implementation and where dQ goes are

@@ -4,8 +4,7 @@ use cubecl::prelude::*;
 
 use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
-use crate::backward::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq};
-use crate::checks::stand_in;
+use crate::backward::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_accumulator};
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
 use crate::primitives::mma::LANES;
 use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
@@ -29,8 +28,7 @@ pub fn flash_attention_backward_dkdv_mma<R: Runtime, F: Float, M: Int>(
         !config.atomic_dq,
         "the one-pass config takes launch_dkdv_dq_mma"
     );
-    // No accumulator: `NoDq` binds an f32 it never touches.
-    let dq_acc = stand_in(client, f32::as_bytes(&[0.0f32]), 4);
+    let dq_acc = no_accumulator(client);
     launch_stream::<R, F, M, NoDq>(client, problem, inputs, (dk, dv, dq_acc), config)
 }
 
