@@ -43,11 +43,13 @@ use crate::problem::AttentionProblem;
 use super::GradientInputs;
 use super::config::{BackwardKernel, MatrixGradientConfig};
 use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_accumulator};
+use dq_share::add_dq_share;
 use tiles::{
-    add_dq_share, chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
+    chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
     strip_transposed_product, write_rows, zero_tiles,
 };
 
+mod dq_share;
 mod tiles;
 
 
