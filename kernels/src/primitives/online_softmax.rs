@@ -3,7 +3,7 @@
 //! accumulators are rescaled by the same `alpha` and normalized once at the end.
 use cubecl::prelude::*;
 
-use super::precise_math::{exp_f32, ln_f32};
+use super::precise_math::{exp_f32, exp2_fast, ln_f32};
 use super::score::{MASKED_LOGIT, is_masked_logit};
 
 /// Log-sum-exp written for a fully masked row. It stands for `+inf` (WGSL cannot emit an
@@ -71,25 +71,28 @@ impl OnlineSoftmax {
 
     /// [`Self::rescale`] for a row kept in raw dots whose logits are `scale` times them
     /// (`scale > 0`, see [`super::score::folds_scale`]): `row_max` is then a raw dot too.
-    pub fn rescale_scaled(&mut self, block_max: f32, scale: f32) -> f32 {
+    /// `log2_scale` is `scale * log2 e`: the exponentials are powers of two
+    /// ([`exp2_fast`]), the multiply by log2 e folded into the scale.
+    pub fn rescale_scaled(&mut self, block_max: f32, log2_scale: f32) -> f32 {
         let new_max = max(self.row_max, block_max);
-        // MASKED_LOGIT times a scale > 1 is -inf: exp gives 0 as it should.
-        let alpha = exp_f32((self.row_max - new_max) * scale, false);
+        // MASKED_LOGIT times a scale > 1 is -inf: 2^-inf gives 0 as it should.
+        let alpha = exp2_fast((self.row_max - new_max) * log2_scale);
         self.row_max = new_max;
         self.row_sum *= alpha;
         alpha
     }
 
-    /// [`Self::probability`] of a raw dot: `exp(fma(dot, scale, -shift))` with `shift =
-    /// scale * row_max` (computed once per row and block), exactly 0 for a masked entry.
+    /// [`Self::probability`] of a raw dot: `2^fma(dot, log2_scale, -shift)` with `log2_scale
+    /// = scale * log2 e` and `shift = log2_scale * row_max` (computed once per row and block),
+    /// exactly 0 for a masked entry.
     pub fn probability_scaled(
         &self,
         dot: f32,
-        scale: f32,
+        log2_scale: f32,
         shift: f32,
         #[comptime] masked_pass: bool,
     ) -> f32 {
-        let p = exp_f32(fma(dot, scale, -shift), false);
+        let p = exp2_fast(fma(dot, log2_scale, -shift));
         if comptime!(masked_pass) {
             // A row masked so far with scale > 1 has shift = -inf and the fma NaN: selected away.
             select(is_masked_logit(dot), 0.0f32, p)

@@ -166,6 +166,11 @@ impl PairStream for AsyncCopy {
 /// tile rows `[tile_row, ..)` of a padded tile: chunk `UNIT_POS + i * units` of the block per
 /// unit, as [`super::chunk_io::fetch_rows`] splits it. Rows past the tensor and the padding to
 /// the mma tile are zero-filled (a copy of 0 source bytes).
+///
+/// Where the units cover whole rows per step (`units` a multiple of the chunks per row, every
+/// mma config), a unit keeps its chunk column for every step: its addresses are computed once
+/// per block and advanced by one row stride per step, the tile's by a constant (offsets the
+/// compiler folds into the copies).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn copy_rows_async<F: Float, N: Size>(
@@ -182,21 +187,47 @@ fn copy_rows_async<F: Float, N: Size>(
     let stride = comptime!(tile_stride(dim));
     let cols = comptime!(dim / MMA_CHUNK);
     let total = comptime!(rows * chunks);
-    #[unroll]
-    for i in 0..comptime!(total.div_ceil(units)) {
-        let index = UNIT_POS + i * units;
-        if index < total {
-            let row = index / chunks;
-            let chunk = index % chunks;
-            let global_row = first_row + row;
-            let at = view.base + global_row as usize * view.row_stride + chunk as usize;
-            let len = select(global_row < view.rows && chunk < cols, 1usize, 0usize);
-            let to = ((tile_row + row) * stride + chunk) as usize;
-            copy_async_checked(
-                &tensor.slice(at, at + len),
-                &mut tile.slice_mut(to, to + 1),
-                MMA_CHUNK,
-            );
+    if comptime!(units.is_multiple_of(chunks)) {
+        let rows_per_step = comptime!(units / chunks);
+        let unit_row = UNIT_POS / chunks;
+        let chunk = UNIT_POS % chunks;
+        let in_cols = chunk < cols;
+        let first = first_row + unit_row;
+        let at = view.base + first as usize * view.row_stride + chunk as usize;
+        let step = view.row_stride * rows_per_step as usize;
+        let to = (tile_row + unit_row) * stride + chunk;
+        #[unroll]
+        for i in 0..comptime!(rows.div_ceil(rows_per_step)) {
+            // Every unit has a row at every step but (when `rows_per_step` does not divide
+            // `rows`) the last.
+            if comptime!((i + 1) * rows_per_step <= rows) || unit_row + i * rows_per_step < rows {
+                let from = at + i as usize * step;
+                let len = select(first + i * rows_per_step < view.rows && in_cols, 1usize, 0usize);
+                let into = (to + comptime!(i * rows_per_step * stride)) as usize;
+                copy_async_checked(
+                    &tensor.slice(from, from + len),
+                    &mut tile.slice_mut(into, into + 1),
+                    MMA_CHUNK,
+                );
+            }
+        }
+    } else {
+        #[unroll]
+        for i in 0..comptime!(total.div_ceil(units)) {
+            let index = UNIT_POS + i * units;
+            if index < total {
+                let row = index / chunks;
+                let chunk = index % chunks;
+                let global_row = first_row + row;
+                let at = view.base + global_row as usize * view.row_stride + chunk as usize;
+                let len = select(global_row < view.rows && chunk < cols, 1usize, 0usize);
+                let to = ((tile_row + row) * stride + chunk) as usize;
+                copy_async_checked(
+                    &tensor.slice(at, at + len),
+                    &mut tile.slice_mut(to, to + 1),
+                    MMA_CHUNK,
+                );
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ use cubecl::ir::FastMath;
 use cubecl::prelude::*;
 
 /// 1/ln 2: exp(x) = 2^(x / ln 2).
-const LOG2_E: f32 = core::f32::consts::LOG2_E;
+pub const LOG2_E: f32 = core::f32::consts::LOG2_E;
 /// ln 2 split in a high part exact in 8 bits of mantissa and the low remainder (Cody-Waite),
 /// so that `x - n * ln 2` is exact for |n| <= 2^16.
 const LN2_HI: f32 = 0.693_359_4;
@@ -58,6 +58,17 @@ pub fn exp_f32(x: f32, #[comptime] precise: bool) -> f32 {
 #[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
 fn fast_exp(x: f32) -> f32 {
     f32::exp(x)
+}
+
+/// `2^x` from the device's fast built-in, for softmax terms whose logits were scaled by
+/// [`LOG2_E`] ahead (folded into the softmax scale: one fma per entry, as FA-2 does). The C++
+/// dialects emit `__powf(2.0f, x)`, which nvcc lowers to `ex2.approx` alone: one multiply
+/// per entry fewer than [`exp_f32`]'s `__expf` (`ex2.approx` of `x log2 e`). Only the mma
+/// kernels use it (CUDA; on HIP `__powf` is the accurate `pow`, slower but as correct).
+/// Arguments are finite or -inf (2^-inf = 0).
+#[cube(fast_math = FastMath::ReducedPrecision | FastMath::NotNaN | FastMath::NotInf)]
+pub fn exp2_fast(x: f32) -> f32 {
+    f32::powf(f32::new(2.0), x)
 }
 
 /// `ln(x)` for a positive normal x, to about 1 ulp with `precise`, the built-in otherwise.

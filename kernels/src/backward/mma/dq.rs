@@ -17,7 +17,7 @@ use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
-use super::{PairTiles, p_and_ds, pair_tiles, write_rows};
+use super::{PairTiles, p_and_ds, pair_tiles, softmax_lse, write_rows};
 use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
 use crate::primitives::score::score_params;
@@ -125,8 +125,8 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     );
     let row = q_start + plane_row + lane.group;
     let stats = RowStats {
-        top_lse: row_stat(lse, batch, head, row),
-        bottom_lse: row_stat(lse, batch, head, row + BOTTOM_ROW),
+        top_lse: softmax_lse(row_stat(lse, batch, head, row), config),
+        bottom_lse: softmax_lse(row_stat(lse, batch, head, row + BOTTOM_ROW), config),
         top_delta: row_stat(delta, batch, head, row),
         bottom_delta: row_stat(delta, batch, head, row + BOTTOM_ROW),
     };
@@ -181,7 +181,7 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     );
 }
 
-/// The lse and delta of this lane's two query rows.
+/// The lse (as [`p_and_ds`] takes it) and delta of this lane's two query rows.
 #[derive(CubeType, Clone, Copy)]
 struct RowStats {
     top_lse: f32,

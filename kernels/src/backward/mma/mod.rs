@@ -24,7 +24,7 @@ use cubecl::prelude::*;
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::chunk_io::chunk_tile;
 use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, store_accumulator_row};
-use crate::primitives::precise_math::exp_f32;
+use crate::primitives::precise_math::{LOG2_E, exp_f32, exp2_fast};
 use crate::primitives::score::{
     ScoreParams, ScoreTensors, is_masked_logit, scaled_logit, score, softcap_derivative, visible,
 };
@@ -72,8 +72,20 @@ pub(super) fn pair_tiles<F: Float, N: Size>(#[comptime] config: MmaGradientConfi
     }
 }
 
+/// A query row's lse as [`p_and_ds`] takes it: times log2 e where the scale folds into the
+/// exponential (`fold_scale`: P is a power of two, [`exp2_fast`]), as the forward wrote it
+/// otherwise. A fully masked row's stand-in (f32::MAX) becomes +inf: P is still 0.
+#[cube]
+pub(super) fn softmax_lse(lse: f32, #[comptime] config: MmaGradientConfig) -> f32 {
+    if comptime!(config.score.fold_scale) {
+        lse * LOG2_E
+    } else {
+        lse
+    }
+}
+
 /// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
-/// delta; both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX). With
+/// delta ([`softmax_lse`]); both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX). With
 /// dropout the P returned is the dropped one (what multiplied V: dV's factor) and
 /// `dS = P * (dP * z - delta)`, `z` the entry's dropout factor.
 #[cube]
@@ -93,8 +105,9 @@ pub(super) fn p_and_ds<F: Float, M: Int>(
     #[comptime] masked_pass: bool,
 ) -> (f32, f32) {
     let p = if comptime!(config.score.fold_scale) {
-        // The logit is dot * scale: one fma instead of a multiply and a subtraction.
-        let p = exp_f32(fma(dot, params.scale, -row_lse), false);
+        // The logit is dot * scale and `row_lse` in log2 units ([`softmax_lse`]): one fma and
+        // a power of two.
+        let p = exp2_fast(fma(dot, params.scale * LOG2_E, -row_lse));
         if comptime!(masked_pass) {
             let shown = visible::<M>(row, col, params, tensors, mask, config.score, true);
             select(shown, p, 0.0f32)

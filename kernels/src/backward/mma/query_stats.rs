@@ -6,7 +6,9 @@ use cubecl::prelude::*;
 use crate::primitives::tile_io::{StatView, view_row_stat};
 use crate::backward::config::MmaGradientConfig;
 
-/// The lse and delta of one query row, on their way to the stats tiles.
+use super::softmax_lse;
+
+/// The lse (as [`super::p_and_ds`] takes it) and delta of one query row, on their way to the stats tiles.
 #[derive(CubeType, Clone, Copy)]
 pub(super) struct QueryStats {
     pub lse: f32,
@@ -29,7 +31,7 @@ pub(super) fn fetch_stats(
         delta: 0.0f32,
     };
     if UNIT_POS < config.block_q {
-        stats.lse = view_row_stat(lse, lse_view, q_start + UNIT_POS);
+        stats.lse = softmax_lse(view_row_stat(lse, lse_view, q_start + UNIT_POS), config);
         stats.delta = view_row_stat(delta, delta_view, q_start + UNIT_POS);
     }
     stats

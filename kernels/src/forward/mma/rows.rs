@@ -9,6 +9,7 @@ use crate::primitives::mma::{
 };
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::precise_math::LOG2_E;
 use crate::primitives::score::{MASKED_LOGIT, ScoreParams, ScoreTensors, softmax_input};
 
 /// The running state of this lane's query rows: rows `group` and `group + 8` of each of the
@@ -214,12 +215,12 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     }
     let mut top_softmax = rows.softmax(comptime!(2 * t));
     let mut bottom_softmax = rows.softmax(comptime!(2 * t + 1));
-    // Folded scale: maxima are raw dots, P = exp(fma(dot, scale, -scale * max)).
-    let scale = params.scale;
+    // Folded scale: maxima are raw dots, P = 2^fma(dot, scale log2 e, -scale log2 e max).
+    let log2_scale = params.scale * LOG2_E;
     let (top_alpha, bottom_alpha) = if comptime!(fold) {
         (
-            top_softmax.rescale_scaled(quad_max(top_max), scale),
-            bottom_softmax.rescale_scaled(quad_max(bottom_max), scale),
+            top_softmax.rescale_scaled(quad_max(top_max), log2_scale),
+            bottom_softmax.rescale_scaled(quad_max(bottom_max), log2_scale),
         )
     } else {
         (
@@ -227,8 +228,8 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
             bottom_softmax.rescale(quad_max(bottom_max), false),
         )
     };
-    let top_shift = top_softmax.row_max * scale;
-    let bottom_shift = bottom_softmax.row_max * scale;
+    let top_shift = top_softmax.row_max * log2_scale;
+    let bottom_shift = bottom_softmax.row_max * log2_scale;
     let mut top_sum = 0.0f32;
     let mut bottom_sum = 0.0f32;
     #[unroll]
@@ -244,9 +245,9 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
             let at = e as usize;
             if comptime!(fold) {
                 upper[at] =
-                    top_softmax.probability_scaled(upper[at], scale, top_shift, masked_pass);
+                    top_softmax.probability_scaled(upper[at], log2_scale, top_shift, masked_pass);
                 lower[at] =
-                    bottom_softmax.probability_scaled(lower[at], scale, bottom_shift, masked_pass);
+                    bottom_softmax.probability_scaled(lower[at], log2_scale, bottom_shift, masked_pass);
             } else {
                 upper[at] = top_softmax.probability(upper[at], masked_pass, false);
                 lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
