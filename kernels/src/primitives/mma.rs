@@ -91,16 +91,29 @@ pub fn accumulators_as_a<F: Float>(acc: &Array<Pair<f32>>, #[comptime] kk: u32) 
 #[cube]
 fn ldmatrix_x4<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
-    at: u32,
+    at: usize,
     #[comptime] ident: MatrixIdent,
     #[comptime] transpose: bool,
 ) -> Array<Pair<F>> {
     mma_definition::<F>().load_matrix::<Vector<F, N>, Const<2>>(
-        &tile.slice(at as usize, at as usize + 1),
+        &tile.slice(at, at + 1),
         ident,
         4usize,
         transpose,
     )
+}
+
+/// The chunk a lane gives `ldmatrix` for the 16 x 16 fragment at `first_row`, chunk pair
+/// `step`: the lane's own offset `lane_at` (its row times the stride plus its chunk) plus the
+/// fragment's first chunk, summed as 64-bit indices. In 32 bits the index is widened after the
+/// sum, and since that sum might wrap the compiler cannot split its constant part off: it
+/// computed every fragment's address anew (3 instructions per `ldmatrix` at sm_90a). In 64
+/// bits it folds each fragment's constant part into the load's immediate offset (offline
+/// sm_90a: the forward's streaming loop 938 -> 902 instructions at head dim 64, 1426 -> 1261
+/// at 128, the dK/dV kernel's spills at head dim 128 gone).
+#[cube]
+fn fragment_at(first_row: u32, #[comptime] stride: u32, step: u32, lane_at: u32) -> usize {
+    lane_at as usize + first_row as usize * stride as usize + (step * 2) as usize
 }
 
 /// The A fragment of rows `[first_row, first_row + 16)`, columns `[16 kk, 16 kk + 16)` of a
@@ -114,8 +127,8 @@ pub fn load_a<F: Float, N: Size>(
     kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let at = (first_row + lane % TILE_M) * stride + kk * 2 + lane / TILE_M;
-    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::A, false)
+    let lane_at = (lane % TILE_M) * stride + lane / TILE_M;
+    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, kk, lane_at), MatrixIdent::A, false)
 }
 
 /// The B fragments of two accumulator tiles whose n index runs along the tile's rows: B(k, n) =
@@ -129,9 +142,9 @@ pub fn load_b_by_rows<F: Float, N: Size>(
     kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
-    let chunk = kk * 2 + (lane / LDMATRIX_ROWS) % 2;
-    ldmatrix_x4::<F, N>(tile, row * stride + chunk, MatrixIdent::B, false)
+    let lane_at = (lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS) * stride
+        + (lane / LDMATRIX_ROWS) % 2;
+    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, kk, lane_at), MatrixIdent::B, false)
 }
 
 /// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
@@ -146,8 +159,8 @@ pub fn load_b_by_cols<F: Float, N: Size>(
     jj: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let at = (first_row + lane % TILE_M) * stride + jj * 2 + lane / TILE_M;
-    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
+    let lane_at = (lane % TILE_M) * stride + lane / TILE_M;
+    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, jj, lane_at), MatrixIdent::B, true)
 }
 
 /// The A fragment of a tile that holds A transposed, in pairs: A(m, k) = tile[first_row + k]
@@ -166,7 +179,12 @@ pub fn load_a_transposed<F: Float>(
     let lane = UNIT_POS_PLANE;
     let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
     let chunk = first_chunk + (lane / LDMATRIX_ROWS) % 2;
-    ldmatrix_x4::<F, Const<2>>(tile, row * stride + chunk * CHUNK_PAIRS, MatrixIdent::A, true)
+    ldmatrix_x4::<F, Const<2>>(
+        tile,
+        (row * stride + chunk * CHUNK_PAIRS) as usize,
+        MatrixIdent::A,
+        true,
+    )
 }
 
 /// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows

@@ -7,7 +7,8 @@
 //! 1. `S = Q K^T` into accumulators (Q's A fragments loaded once, K's B fragments by `ldmatrix`,
 //!    each feeding every row tile);
 //! 2. logits through [`crate::primitives::score::score`] (raw dots where the scale folds into
-//!    the exp: `fold_scale`), the online softmax of both rows on the accumulators (row maxima
+//!    the exponential: `fold_scale`, P = 2^(dot scale log2 e - shift), one fma and one
+//!    `ex2` per entry), the online softmax of both rows on the accumulators (row maxima
 //!    over the four lanes of a row group by `plane_shuffle_xor`; row sums stay per lane until
 //!    the end), O rescaled by `alpha` in registers;
 //! 3. `O += P V`, P being the cast accumulators of step 1 (never leaving registers), V's B
