@@ -10,6 +10,11 @@ use super::score::{MASKED_LOGIT, is_masked_logit};
 /// infinite literal): `exp(s - lse)` is 0 for every finite `s`, as the backward pass needs.
 pub const FULLY_MASKED_LSE: f32 = f32::MAX;
 
+/// How far (log2 of the factor) a row's entries may pass its running max before a lazily
+/// rescaled row moves it ([`OnlineSoftmax::outgrown_scaled`]): P, the sums and the output
+/// accumulators then hold values up to 2^8 = 256, exact in f32 and within f16/bf16's range.
+pub const LAZY_RESCALE_LOG2: f32 = 8.0;
+
 /// Running softmax statistics of one query row, in f32. `precise` (comptime) picks the ~1 ulp
 /// exp / ln of [`super::precise_math`] over the device's built-ins.
 #[derive(CubeType, Clone, Copy)]
@@ -80,6 +85,14 @@ impl OnlineSoftmax {
         self.row_max = new_max;
         self.row_sum *= alpha;
         alpha
+    }
+
+    /// Whether `block_max` (a raw dot, see [`Self::rescale_scaled`]) passes the running max
+    /// by more than 2^[`LAZY_RESCALE_LOG2`] in the exponentials: a lazily rescaled row must
+    /// take it. True from the masked sentinel to any visible entry; false while both are
+    /// masked.
+    pub fn outgrown_scaled(&self, block_max: f32, log2_scale: f32) -> bool {
+        (block_max - self.row_max) * log2_scale > f32::new(LAZY_RESCALE_LOG2)
     }
 
     /// [`Self::probability`] of a raw dot: `2^fma(dot, log2_scale, -shift)` with `log2_scale

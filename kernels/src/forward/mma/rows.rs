@@ -217,17 +217,41 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     let mut bottom_softmax = rows.softmax(comptime!(2 * t + 1));
     // Folded scale: maxima are raw dots, P = 2^fma(dot, scale log2 e, -scale log2 e max).
     let log2_scale = params.scale * LOG2_E;
-    let (top_alpha, bottom_alpha) = if comptime!(fold) {
-        (
-            top_softmax.rescale_scaled(quad_max(top_max), log2_scale),
-            bottom_softmax.rescale_scaled(quad_max(bottom_max), log2_scale),
-        )
-    } else {
-        (
-            top_softmax.rescale(quad_max(top_max), false),
-            bottom_softmax.rescale(quad_max(bottom_max), false),
-        )
-    };
+    let (top_block, bottom_block) = (quad_max(top_max), quad_max(bottom_max));
+    let mut rescale = true;
+    if comptime!(fold) {
+        // Lazy rescaling (FA-4's): the running maxima, and with them O and the sums, move only
+        // when a row's block maximum passes its running one by more than 2^LAZY_RESCALE_LOG2
+        // for some row of the plane (a plane-uniform branch); otherwise P is taken against
+        // the stale maxima (each P at most 2^8, exact in f32 and in the mma's input types).
+        rescale = plane_any(
+            top_softmax.outgrown_scaled(top_block, log2_scale)
+                || bottom_softmax.outgrown_scaled(bottom_block, log2_scale),
+        );
+    }
+    if rescale {
+        let (top_alpha, bottom_alpha) = if comptime!(fold) {
+            (
+                top_softmax.rescale_scaled(top_block, log2_scale),
+                bottom_softmax.rescale_scaled(bottom_block, log2_scale),
+            )
+        } else {
+            (
+                top_softmax.rescale(top_block, false),
+                bottom_softmax.rescale(bottom_block, false),
+            )
+        };
+        let first_o = comptime!(t * val_tiles);
+        #[unroll]
+        for j in 0..val_tiles {
+            let (upper, lower) = (
+                ((first_o + j) * ACC_REGS) as usize,
+                ((first_o + j) * ACC_REGS + 1) as usize,
+            );
+            rows.acc[upper] = rows.acc[upper] * Pair::<f32>::new(top_alpha);
+            rows.acc[lower] = rows.acc[lower] * Pair::<f32>::new(bottom_alpha);
+        }
+    }
     let top_shift = top_softmax.row_max * log2_scale;
     let bottom_shift = bottom_softmax.row_max * log2_scale;
     let mut top_sum = 0.0f32;
@@ -268,14 +292,4 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
     bottom_softmax.accumulate(bottom_sum);
     rows.keep(&top_softmax, comptime!(2 * t));
     rows.keep(&bottom_softmax, comptime!(2 * t + 1));
-    let first_o = comptime!(t * val_tiles);
-    #[unroll]
-    for j in 0..val_tiles {
-        let (upper, lower) = (
-            ((first_o + j) * ACC_REGS) as usize,
-            ((first_o + j) * ACC_REGS + 1) as usize,
-        );
-        rows.acc[upper] = rows.acc[upper] * Pair::<f32>::new(top_alpha);
-        rows.acc[lower] = rows.acc[lower] * Pair::<f32>::new(bottom_alpha);
-    }
 }
