@@ -167,10 +167,10 @@ impl PairStream for AsyncCopy {
 /// unit, as [`super::chunk_io::fetch_rows`] splits it. Rows past the tensor and the padding to
 /// the mma tile are zero-filled (a copy of 0 source bytes).
 ///
-/// Where the units cover whole rows per step (`units` a multiple of the chunks per row, every
-/// mma config), a unit keeps its chunk column for every step: its addresses are computed once
-/// per block and advanced by one row stride per step, the tile's by a constant (offsets the
-/// compiler folds into the copies).
+/// Where the units cover whole rows per step (`units` a multiple of the chunks per row: head dims
+/// 16, 32, 64, 128 with 4 or 8 planes), a unit keeps its chunk column for every step: its addresses
+/// are computed once per block and advanced by one row stride per step, the tile's by a constant
+/// (offsets the compiler folds into the copies).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn copy_rows_async<F: Float, N: Size>(

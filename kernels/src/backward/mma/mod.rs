@@ -84,9 +84,9 @@ pub(super) fn softmax_lse(lse: f32, #[comptime] config: MmaGradientConfig) -> f3
     }
 }
 
-/// P and dS of one score entry from its raw dot product, its dP, and its row's lse and
-/// delta ([`softmax_lse`]); both exactly 0 where masked (and for rows that see nothing: lse = f32::MAX). With
-/// dropout the P returned is the dropped one (what multiplied V: dV's factor) and
+/// P and dS of one score entry from its raw dot product, its dP, and its row's lse
+/// ([`softmax_lse`]) and delta; both exactly 0 where masked (and for rows that see nothing: lse =
+/// f32::MAX). With dropout the P returned is the dropped one (what multiplied V: dV's factor) and
 /// `dS = P * (dP * z - delta)`, `z` the entry's dropout factor.
 #[cube]
 #[allow(clippy::too_many_arguments)]

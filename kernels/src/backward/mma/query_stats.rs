@@ -8,7 +8,8 @@ use crate::backward::config::MmaGradientConfig;
 
 use super::softmax_lse;
 
-/// The lse (as [`super::p_and_ds`] takes it) and delta of one query row, on their way to the stats tiles.
+/// The lse (as [`super::p_and_ds`] takes it) and delta of one query row, on their way to the
+/// stats tiles.
 #[derive(CubeType, Clone, Copy)]
 pub(super) struct QueryStats {
     pub lse: f32,

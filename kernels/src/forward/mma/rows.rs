@@ -270,8 +270,12 @@ pub(super) fn softmax_row_tile<F: Float, M: Int>(
             if comptime!(fold) {
                 upper[at] =
                     top_softmax.probability_scaled(upper[at], log2_scale, top_shift, masked_pass);
-                lower[at] =
-                    bottom_softmax.probability_scaled(lower[at], log2_scale, bottom_shift, masked_pass);
+                lower[at] = bottom_softmax.probability_scaled(
+                    lower[at],
+                    log2_scale,
+                    bottom_shift,
+                    masked_pass,
+                );
             } else {
                 upper[at] = top_softmax.probability(upper[at], masked_pass, false);
                 lower[at] = bottom_softmax.probability(lower[at], masked_pass, false);
