@@ -308,11 +308,11 @@ fn gfx942_rocwmma_bf16_claims_the_matrix_path_only_on_f32_tiles() {
 }
 
 /// The shared-memory layout of every compiled variant but the matrix kernels' (forward and
-/// backward, which still declare separate shared arrays) is the same in every generation: the portable kernels carve their tiles from one allocation
-/// (`primitives::arena`), where CubeCL would place separate arrays in a hash set's order,
-/// different in every process, and the gfx942 register use with them (the offline compile of
-/// one generation would then say nothing certain about the next). Each source is generated
-/// twice; the two optimizer runs hash with different keys.
+/// backward, which still declare separate shared arrays) is the same in every generation: the
+/// portable kernels carve their tiles from one allocation (`primitives::arena`), where CubeCL would
+/// place separate arrays in a hash set's order, different in every process, and the gfx942 register
+/// use with them (the offline compile of one generation would then say nothing certain about the
+/// next). Each source is generated twice; the two optimizer runs hash with different keys.
 #[test]
 fn gfx942_shared_memory_layout_is_the_same_in_every_generation() {
     let client = OfflineHip::<Intrinsics>::client_for(GFX942);

@@ -108,9 +108,8 @@ fn ldmatrix_x4<F: Float, N: Size>(
 /// fragment's first chunk, summed as 64-bit indices. In 32 bits the index is widened after the
 /// sum, and since that sum might wrap the compiler cannot split its constant part off: it
 /// computed every fragment's address anew (3 instructions per `ldmatrix` at sm_90a). In 64
-/// bits it folds each fragment's constant part into the load's immediate offset (offline
-/// sm_90a: the forward's streaming loop 938 -> 902 instructions at head dim 64, 1426 -> 1261
-/// at 128, the dK/dV kernel's spills at head dim 128 gone).
+/// bits it folds each fragment's constant part into the load's immediate offset (the counts are
+/// in benches/RESULTS.md, `scripts/cuda_offline_sass.sh`).
 #[cube]
 fn fragment_at(first_row: u32, #[comptime] stride: u32, step: u32, lane_at: u32) -> usize {
     lane_at as usize + first_row as usize * stride as usize + (step * 2) as usize
