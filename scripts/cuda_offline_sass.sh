@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA kernels the planner picks for the H200 bench shapes, compiled and disassembled on
 # this machine, no GPU: registers, spill bytes and the streaming loops' instruction mix (see
-# scripts/cuda/sass_report.py). Installs NVIDIA's nvrtc, ptxas and cuobjdump from PyPI (pinned
+# scripts/cuda/sass_report.py); the same kernels streaming without cp.async (staged_*) for the
+# compile time. Installs NVIDIA's nvrtc, ptxas and cuobjdump from PyPI (pinned
 # wheels, into target/cuda-tools) the first time. Writes $OUT/sass.csv (default
 # target/cuda-sass) and prints one line per kernel.
 set -euo pipefail
@@ -21,4 +22,4 @@ rm -rf "$OUT/cu"
 mkdir -p "$OUT/cu"
 FLASH_DUMP_DIR="$(cd "$OUT/cu" && pwd)" cargo test -q -p burn-flash-attn-kernels --test mma_codegen -- \
   --exact cubecl_codegen_time_of_the_bench_configs --ignored > "$OUT/codegen.log"
-python3 scripts/cuda/sass_report.py "$TOOLS" "$OUT/sass.csv" "$OUT"/cu/bench_*.cu
+python3 scripts/cuda/sass_report.py "$TOOLS" "$OUT/sass.csv" "$OUT"/cu/bench_*.cu "$OUT"/cu/staged_*.cu

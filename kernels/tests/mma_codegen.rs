@@ -296,7 +296,8 @@ fn the_masked_pass_is_left_out_exactly_where_no_block_needs_it() {
 /// shapes (bf16), timed on this machine's CPU. A measurement, not a check: run with
 /// `cargo test --release -p burn-flash-attn-kernels --test mma_codegen -- --ignored --nocapture`.
 /// With `FLASH_DUMP_DIR` it writes those kernels' sources (`bench_*.cu`, the one-pass dK/dV
-/// too), which `scripts/cuda_offline_sass.sh` compiles for sm_90a.
+/// too; `staged_*.cu`: the same kernels streaming without `cp.async`, at head dims 32, 64 and
+/// 128), which `scripts/cuda_offline_sass.sh` compiles for sm_90a.
 #[test]
 #[ignore = "a timing, printed: run it by name with --ignored"]
 fn cubecl_codegen_time_of_the_bench_configs() {
@@ -315,6 +316,15 @@ fn cubecl_codegen_time_of_the_bench_configs() {
             println!("forward,{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
             let name = format!("hd{head_dim}_n{seq}{}", if causal { "_causal" } else { "" });
             dump(&format!("bench_forward_{name}.cu"), &source);
+            // The same kernels streaming through registers instead of `cp.async` (`staged_*`): no
+            // mbarrier, so none of the headers it pulls in (libcu++'s `cuda/barrier`,
+            // cooperative groups), which `sass_report.py` times apart from the kernel's body.
+            let staged = seq != 512 && seq != 8192;
+            if staged && config.async_kv {
+                let config = MmaConfig { async_kv: false, ..config };
+                let (source, _) = mma_source::<half::bf16, u32>(&client, config);
+                dump(&format!("staged_forward_{name}.cu"), &source);
+            }
             for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
                 let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
                 let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
@@ -327,6 +337,16 @@ fn cubecl_codegen_time_of_the_bench_configs() {
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 println!("{kernel:?},{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
                 dump(&format!("bench_{kernel:?}_{name}.cu"), &source);
+                if staged && config.async_inner {
+                    let config = MmaGradientConfig { async_inner: false, ..config };
+                    let cube_dim = CubeDim::new_2d(32, config.planes());
+                    let settings = support::cuda_codegen::settings(cube_dim);
+                    let (source, _) = match kernel {
+                        BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config),
+                        BackwardKernel::Query => dq_source::<half::bf16>(&client, settings, config),
+                    };
+                    dump(&format!("staged_{kernel:?}_{name}.cu"), &source);
+                }
                 if kernel == BackwardKernel::KeyValue {
                     // The one pass as the planner plans it (its own blocks, dQ 4 f32 per request).
                     let atomic = planning::tuning().with_backward_dq(Some(DqAccumulation::Atomic));
@@ -337,6 +357,13 @@ fn cubecl_codegen_time_of_the_bench_configs() {
                     let one_pass_settings = support::cuda_codegen::settings(CubeDim::new_2d(32, one_pass.planes()));
                     let (source, _) = dkdv_source::<half::bf16>(&client, one_pass_settings, one_pass);
                     dump(&format!("bench_OnePass_{name}.cu"), &source);
+                    if staged && one_pass.async_inner {
+                        let one_pass = MmaGradientConfig { async_inner: false, ..one_pass };
+                        let planes = one_pass.planes();
+                        let settings = support::cuda_codegen::settings(CubeDim::new_2d(32, planes));
+                        let (source, _) = dkdv_source::<half::bf16>(&client, settings, one_pass);
+                        dump(&format!("staged_OnePass_{name}.cu"), &source);
+                    }
                 }
             }
         }

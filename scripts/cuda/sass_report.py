@@ -11,6 +11,10 @@ form). The report gives, per such loop, its instructions, HMMAs, instructions pe
 GPU is needed to read. Per kernel it also gives the CUDA source's size and the seconds nvrtc
 (source to PTX) and ptxas (PTX to SASS, what the driver does with the PTX on a first launch)
 took on this machine: where a first call's compilation goes, on another CPU than the device's.
+Of nvrtc's seconds, `nvrtc_headers_s` is what the source's `#include` lines alone cost (an empty
+kernel under the same includes, the fastest of two compiles): cubecl-cuda includes libcu++'s
+`cuda/barrier` and cooperative groups in every kernel that waits on an mbarrier (the `cp.async`
+streams), a fixed cost no change to the kernel's body removes.
 
 usage: sass_report.py TOOLS_DIR OUT_CSV FILE.cu...
 """
@@ -51,6 +55,22 @@ def nvrtc_ptx(lib, tools, source_path):
     return ptx.value
 
 
+def header_seconds(lib, tools, source_path, cache={}):
+    """nvrtc's seconds for the `#include` lines of a source alone (cached per set of lines)."""
+    includes = b"".join(l for l in open(source_path, "rb").readlines() if l.startswith(b"#include"))
+    if includes not in cache:
+        probe = os.path.join(os.path.dirname(source_path), "header_probe.cu")
+        open(probe, "wb").write(includes + b'extern "C" __global__ void header_probe() {}\n')
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            nvrtc_ptx(lib, tools, probe)
+            times.append(time.perf_counter() - started)
+        os.remove(probe)
+        cache[includes] = min(times)
+    return cache[includes]
+
+
 def loops(sass):
     """(first, last, instructions) of every loop closed by a backward branch."""
     instructions = [(int(m.group(1), 16), m.group(2)) for m in map(SASS_LINE.match, sass.splitlines()) if m]
@@ -79,6 +99,7 @@ def main():
         started = time.perf_counter()
         open(base + ".ptx", "wb").write(nvrtc_ptx(lib, tools, source))
         nvrtc_s = time.perf_counter() - started
+        headers_s = header_seconds(lib, tools, source)
         started = time.perf_counter()
         info = subprocess.run(
             [ptxas, "-arch=sm_90a", "-v", base + ".ptx", "-o", base + ".cubin"],
@@ -98,12 +119,12 @@ def main():
             local = sum(n for op, n in ops.items() if op.startswith(("LDL", "STL")))
             rows.append({
                 "kernel": name, "source_kib": os.path.getsize(source) // 1024,
-                "nvrtc_s": f"{nvrtc_s:.2f}", "ptxas_s": f"{ptxas_s:.2f}", "registers": registers, "spill_store_bytes": spill_stores,
+                "nvrtc_s": f"{nvrtc_s:.2f}", "nvrtc_headers_s": f"{headers_s:.2f}", "ptxas_s": f"{ptxas_s:.2f}", "registers": registers, "spill_store_bytes": spill_stores,
                 "spill_load_bytes": spill_loads, "loop": index, "instructions": len(body), "hmma": hmma,
                 "per_hmma": f"{len(body) / hmma:.2f}", "mufu": sum(n for op, n in ops.items() if op.startswith("MUFU")),
                 "local_memory": local,
             })
-        print(f"{name}: {os.path.getsize(source) // 1024} KiB of CUDA, nvrtc {nvrtc_s:.1f} s, ptxas {ptxas_s:.1f} s; "
+        print(f"{name}: {os.path.getsize(source) // 1024} KiB of CUDA, nvrtc {nvrtc_s:.1f} s ({headers_s:.1f} s headers), ptxas {ptxas_s:.1f} s; "
               f"{registers} registers, {spill_stores} B spill stores; "
               + "; ".join(f"loop {r['loop']}: {r['instructions']} instr / {r['hmma']} HMMA = {r['per_hmma']}, {r['local_memory']} LDL/STL"
                           for r in rows if r["kernel"] == name))

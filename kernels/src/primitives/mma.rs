@@ -103,87 +103,108 @@ fn ldmatrix_x4<F: Float, N: Size>(
     )
 }
 
-/// The chunk a lane gives `ldmatrix` for the 16 x 16 fragment at `first_row`, chunk pair
-/// `step`: the lane's own offset `lane_at` (its row times the stride plus its chunk) plus the
-/// fragment's first chunk, summed as 64-bit indices. In 32 bits the index is widened after the
-/// sum, and since that sum might wrap the compiler cannot split its constant part off: it
-/// computed every fragment's address anew (3 instructions per `ldmatrix` at sm_90a). In 64
-/// bits it folds each fragment's constant part into the load's immediate offset (the counts are
-/// in benches/RESULTS.md, `scripts/cuda_offline_sass.sh`).
+/// Bounds the run-time part of a fragment's index into its tile. Every index into shared memory
+/// is below 2^16 (the largest shared memory, 228 KiB, is 58368 four-byte pairs, fewer 16-byte
+/// chunks), so the mask changes no index; it tells the compiler that adding a fragment's
+/// constant offset cannot wrap in 32 bits.
+const CHUNK_INDEX_MASK: u32 = 0xffff;
+
+/// The chunk a lane gives `ldmatrix` for the 16 x 16 fragment at rows `first_row + row_offset`,
+/// chunk pair `step`: the lane's own offset `lane_at` (its row times the stride plus its chunk)
+/// plus the fragment's first chunk. The run-time part (`lane_at + first_row * stride`, the
+/// same for every fragment of a block) is computed once and bounded by [`CHUNK_INDEX_MASK`];
+/// the comptime part (`row_offset`, and `step` where it is known) is added after. cubecl-cuda
+/// widens the 32-bit index after the sum, so an unbounded `(x + c)` might wrap and the compiler
+/// recomputed each fragment's address (an add and a shift-add per `ldmatrix` at sm_90a, where
+/// the tiles are separate arrays); bounded, it folds `c` into the load's immediate offset
+/// (counts in benches/RESULTS.md, `scripts/cuda_offline_sass.sh`).
 #[cube]
-fn fragment_at(first_row: u32, #[comptime] stride: u32, step: u32, lane_at: u32) -> usize {
-    lane_at as usize + first_row as usize * stride as usize + (step * 2) as usize
+fn fragment_at(
+    first_row: u32,
+    #[comptime] row_offset: u32,
+    #[comptime] stride: u32,
+    step: u32,
+    lane_at: u32,
+) -> usize {
+    let base = (lane_at + first_row * stride) & CHUNK_INDEX_MASK;
+    (base + comptime!(row_offset * stride) + step * 2) as usize
 }
 
-/// The A fragment of rows `[first_row, first_row + 16)`, columns `[16 kk, 16 kk + 16)` of a
+/// The A fragment of rows `[first_row + row_offset, +16)`, columns `[16 kk, 16 kk + 16)` of a
 /// row-major tile: lanes 0-15 address rows 0-15 at chunk 2kk, lanes 16-31 the same rows at
 /// chunk 2kk + 1.
 #[cube]
 pub fn load_a<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
+    #[comptime] row_offset: u32,
     #[comptime] stride: u32,
     kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let lane_at = (lane % TILE_M) * stride + lane / TILE_M;
-    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, kk, lane_at), MatrixIdent::A, false)
+    let at = fragment_at(first_row, row_offset, stride, kk, lane_at);
+    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::A, false)
 }
 
 /// The B fragments of two accumulator tiles whose n index runs along the tile's rows: B(k, n) =
-/// tile[first_row + n][16 kk + k], for n in `[0, 16)` (tiles `[0..2)` and `[2..4)` of the
-/// result: rows `[first_row, +8)` and `[first_row + 8, +16)`). Not transposed.
+/// tile[r + n][16 kk + k], `r = first_row + row_offset`, for n in `[0, 16)` (tiles `[0..2)` and
+/// `[2..4)` of the result: rows `[r, r + 8)` and `[r + 8, r + 16)`). Not transposed.
 #[cube]
 pub fn load_b_by_rows<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
+    #[comptime] row_offset: u32,
     #[comptime] stride: u32,
     kk: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let lane_at = (lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS) * stride
         + (lane / LDMATRIX_ROWS) % 2;
-    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, kk, lane_at), MatrixIdent::B, false)
+    let at = fragment_at(first_row, row_offset, stride, kk, lane_at);
+    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, false)
 }
 
 /// The B fragments of two accumulator tiles whose k index runs along the tile's rows: B(k, n) =
-/// tile[first_row + k][16 jj + n], k in `[0, 16)`, n in `[0, 16)` (tiles `[0..2)`: columns
-/// `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). Transposed. `jj` may be known only at run
-/// time (the one-pass dQ share's work items).
+/// tile[r + k][16 jj + n], `r = first_row + row_offset`, k in `[0, 16)`, n in `[0, 16)` (tiles
+/// `[0..2)`: columns `16 jj + [0, 8)`, `[2..4)`: `16 jj + [8, 16)`). Transposed. `jj` may be
+/// known only at run time (the one-pass dQ share's work items).
 #[cube]
 pub fn load_b_by_cols<F: Float, N: Size>(
     tile: &SharedMemory<Vector<F, N>>,
     first_row: u32,
+    #[comptime] row_offset: u32,
     #[comptime] stride: u32,
     jj: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
     let lane_at = (lane % TILE_M) * stride + lane / TILE_M;
-    ldmatrix_x4::<F, N>(tile, fragment_at(first_row, stride, jj, lane_at), MatrixIdent::B, true)
+    let at = fragment_at(first_row, row_offset, stride, jj, lane_at);
+    ldmatrix_x4::<F, N>(tile, at, MatrixIdent::B, true)
 }
 
-/// The A fragment of a tile that holds A transposed, in pairs: A(m, k) = tile[first_row + k]
-/// [8 first_chunk + m], m, k in `[0, 16)`, `stride` pairs per tile row (a whole, odd number of
-/// chunks). The four 8x8 matrices are the tile's rows `first_row + [0, 8)` and `+ [8, 16)`
-/// (k) at chunks `first_chunk` and `+ 1` (m), each transposed by `ldmatrix.trans`: lanes 0-7
-/// address (rows 0-7, chunk 0), 8-15 (rows 0-7, chunk 1), 16-23 (rows 8-15, chunk 0), 24-31
-/// (rows 8-15, chunk 1).
+/// The A fragment of a tile that holds A transposed, in pairs: A(m, k) = tile[r + k]
+/// [8 first_chunk + m], `r = first_row + row_offset`, m, k in `[0, 16)`, `stride` pairs per
+/// tile row (a whole, odd number of chunks). The four 8x8 matrices are the tile's rows
+/// `r + [0, 8)` and `r + [8, 16)` (k) at chunks `first_chunk` and `+ 1` (m), each transposed
+/// by `ldmatrix.trans`: lanes 0-7 address (rows 0-7, chunk 0), 8-15 (rows 0-7, chunk 1), 16-23
+/// (rows 8-15, chunk 0), 24-31 (rows 8-15, chunk 1). Indexed as [`fragment_at`] indexes: the
+/// run-time part bounded by [`CHUNK_INDEX_MASK`], `row_offset` added after.
 #[cube]
 pub fn load_a_transposed<F: Float>(
     tile: &SharedMemory<Pair<F>>,
     first_row: u32,
+    #[comptime] row_offset: u32,
     first_chunk: u32,
     #[comptime] stride: u32,
 ) -> Array<Pair<F>> {
     let lane = UNIT_POS_PLANE;
-    let row = first_row + lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
-    let chunk = first_chunk + (lane / LDMATRIX_ROWS) % 2;
-    ldmatrix_x4::<F, Const<2>>(
-        tile,
-        (row * stride + chunk * CHUNK_PAIRS) as usize,
-        MatrixIdent::A,
-        true,
-    )
+    let row = lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
+    let chunk = (lane / LDMATRIX_ROWS) % 2;
+    let lane_at = row * stride + chunk * CHUNK_PAIRS;
+    let base = (lane_at + first_row * stride + first_chunk * CHUNK_PAIRS) & CHUNK_INDEX_MASK;
+    let at = (base + comptime!(row_offset * stride)) as usize;
+    ldmatrix_x4::<F, Const<2>>(tile, at, MatrixIdent::A, true)
 }
 
 /// `A B^T` for the plane's 16 rows `[a_row, a_row + 16)` of `a` against rows
@@ -230,10 +251,10 @@ fn product_step<F: Float, N: Size>(
     #[comptime] n_tiles: u32,
     acc: &mut Array<Pair<f32>>,
 ) {
-    let fragment = load_a::<F, N>(a, a_row, stride, kk);
+    let fragment = load_a::<F, N>(a, a_row, 0u32, stride, kk);
     #[unroll]
     for jj in 0..comptime!(n_tiles / 2) {
-        let b_fragments = load_b_by_rows::<F, N>(b, b_row + jj * TILE_M, stride, kk);
+        let b_fragments = load_b_by_rows::<F, N>(b, b_row, comptime!(jj * TILE_M), stride, kk);
         mma_tile_pair::<F>(&fragment, &b_fragments, acc, jj);
     }
 }
@@ -270,7 +291,8 @@ pub fn accumulate_product<F: Float, N: Size>(
         }
         #[unroll]
         for jj in 0..n_steps {
-            let b_fragments = load_b_by_cols::<F, N>(b, b_row + kk * TILE_M, stride, jj);
+            let b_fragments =
+                load_b_by_cols::<F, N>(b, b_row, comptime!(kk * TILE_M), stride, jj);
             #[unroll]
             for t in 0..row_tiles {
                 let fragment = a_fragment::<F>(&fragments, t);

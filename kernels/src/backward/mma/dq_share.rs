@@ -190,10 +190,12 @@ fn add_group<F: Float, D: DqSink, N: Size>(
     let mut shares = zero_accumulators(comptime!(2 * joint));
     #[unroll]
     for kk in 0..comptime!(config.block_kv / TILE_M) {
-        let a = load_a_transposed::<F>(ds_tile, ds_row + kk * TILE_M, row_tile * 2, ds_stride);
+        let row_offset = comptime!(kk * TILE_M);
+        let a = load_a_transposed::<F>(ds_tile, ds_row, row_offset, row_tile * 2, ds_stride);
         #[unroll]
         for i in 0..joint {
-            let b = load_b_by_cols::<F, N>(k_tile, kk * TILE_M, hs, first_step + i * step_stride);
+            let step = first_step + i * step_stride;
+            let b = load_b_by_cols::<F, N>(k_tile, 0u32, comptime!(kk * TILE_M), hs, step);
             mma_tile_pair::<F>(&a, &b, &mut shares, comptime!(i));
         }
     }

@@ -414,7 +414,13 @@ fn score_step<F: Float, N: Size>(
     let row_tiles = comptime!(config.mma_row_tiles());
     #[unroll]
     for jj in 0..kv_pairs {
-        let b = load_b_by_rows::<F, N>(k_tile, kv_row + jj * TILE_M, config.mma_head_stride(), kk);
+        let b = load_b_by_rows::<F, N>(
+            k_tile,
+            kv_row,
+            comptime!(jj * TILE_M),
+            config.mma_head_stride(),
+            kk,
+        );
         #[unroll]
         for t in 0..row_tiles {
             let a = a_fragment::<F>(a_step, t);

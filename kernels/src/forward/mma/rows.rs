@@ -79,8 +79,13 @@ pub(super) fn query_fragments<F: Float, N: Size>(
         for t in 0..row_tiles {
             #[unroll]
             for kk in 0..head_steps {
-                let frag =
-                    load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+                let frag = load_a::<F, N>(
+                    q_tile,
+                    plane_row,
+                    comptime!(t * TILE_M),
+                    config.mma_head_stride(),
+                    kk,
+                );
                 #[unroll]
                 for r in 0..A_REGS {
                     frags[((t * head_steps + kk) * A_REGS + r) as usize] = frag[r as usize];
@@ -104,7 +109,13 @@ pub(super) fn query_tile_step<F: Float, N: Size>(
     let mut step = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
     #[unroll]
     for t in 0..row_tiles {
-        let frag = load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+        let frag = load_a::<F, N>(
+            q_tile,
+            plane_row,
+            comptime!(t * TILE_M),
+            config.mma_head_stride(),
+            kk,
+        );
         #[unroll]
         for r in 0..A_REGS {
             step[(t * A_REGS + r) as usize] = frag[r as usize];
@@ -135,7 +146,8 @@ pub(super) fn query_step<F: Float, N: Size>(
                     q_frags[((t * head_steps + kk) * A_REGS + r) as usize];
             }
         } else {
-            let frag = load_a::<F, N>(q_tile, plane_row + t * TILE_M, config.mma_head_stride(), kk);
+            let frag =
+                load_a::<F, N>(q_tile, plane_row + t * TILE_M, 0u32, config.mma_head_stride(), kk);
             #[unroll]
             for r in 0..A_REGS {
                 step[(t * A_REGS + r) as usize] = frag[r as usize];
