@@ -25,6 +25,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_stand_in: false,
     matrix_f32_tiles: false,
     rolled_steps: None,
+    async_copy: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

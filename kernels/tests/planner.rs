@@ -402,3 +402,31 @@ fn matrix_backward_is_planned_where_cmma_is_the_matrix_route() {
         }
     }
 }
+
+#[test]
+fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan::{self, DqAccumulation};
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    for head_dim in [32, 64, 128] {
+        for seq in [1000, 4096] {
+            let case = AttentionProblem { seq_q: seq, seq_kv: seq, ..problem(FloatKind::BF16, head_dim) };
+            for (async_copy, expected) in [(None, true), (Some(false), false), (Some(true), true)] {
+                for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
+                    let tuning = Tuning::default().with_async_copy(async_copy).with_backward_dq(Some(dq));
+                    let what = format!("hd{head_dim} seq {seq} async {async_copy:?} {dq:?}");
+                    let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+                    let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
+                    assert_eq!(config.async_kv, expected, "{what}: forward");
+                    let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+                    for gradient in [&backward.dkdv, &backward.dq] {
+                        let GradientConfig::Mma(config) = gradient.config else { panic!("{what}: {backward}") };
+                        assert_eq!(config.async_inner, expected, "{what}: {gradient}");
+                    }
+                }
+            }
+        }
+    }
+}

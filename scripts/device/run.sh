@@ -6,9 +6,11 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
-#         | rolled | rolled-compile
+#         | rolled | rolled-compile | staged | staged-compile
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
+# staged / staged-compile: the same two for the mma kernels streaming through registers
+# instead of cp.async (Tuning::async_copy; $OUT/staged.csv, $OUT/kprofile-{staged,async}.csv).
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
@@ -17,7 +19,7 @@
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
-# backward-atomic-rolled (BWD_FILTER),
+# backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
 # matrix-backward, matrix-forward, wave64, conformance, nn, or any other test binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -80,6 +82,11 @@ for s in "$@"; do
           forward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           backward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-rolled) cmd=(env BURN_FLASH_ROLLED=true BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          # The mma kernels streaming through registers (Tuning::async_copy off): the forward
+          # suite, and the backward's BWD_FILTER tests (two kernels, and the one pass).
+          forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
+          backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
@@ -176,6 +183,31 @@ for s in "$@"; do
       echo "== unrolled (default): exit $?, $((SECONDS - start)) s"
       { sed 's/^flash,/flash-rolled,/' "$OUT/rolled-only.csv"; grep -v '^impl' "$OUT/unrolled.csv"; } > "$OUT/rolled.csv"
       cat "$OUT/rolled.csv" ;;
+    staged)
+      # Tuning::async_copy: the mma kernels streaming through registers (no cp.async: a first
+      # compile without libcu++'s barrier headers), beside the default, ours only, at the eight
+      # shapes of `h200`, one process each: $OUT/staged.csv (impl flash-staged, then flash).
+      start=$SECONDS
+      BURN_FLASH_ASYNC=false timeout "${STEP_TIMEOUT:-240}" \
+        "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/staged-only.csv" 2> "$OUT/staged.err"
+      echo "== staged: exit $?, $((SECONDS - start)) s"
+      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+        > "$OUT/async.csv" 2> "$OUT/async.err"
+      echo "== async (default): exit $?, $((SECONDS - start)) s"
+      { sed 's/^flash,/flash-staged,/' "$OUT/staged-only.csv"; grep -v '^impl' "$OUT/async.csv"; } > "$OUT/staged.csv"
+      cat "$OUT/staged.csv" ;;
+    staged-compile)
+      # First calls (compilation + run) per kernel, staged and by cp.async (Tuning::async_copy),
+      # from CubeCL's profiler at PROFILE_SHAPES (default head dims 32 and 64 at 1024 keys):
+      # $OUT/kprofile-{staged,async}.csv, one process each.
+      args=()
+      for shape in ${PROFILE_SHAPES:-32,12,1024,32 64,12,1024,64}; do args+=("--shape=$shape"); done
+      for async in false true; do
+        name=$([ $async = false ] && echo staged || echo async)
+        BURN_FLASH_ASYNC=$async PROFILE_LOG="$OUT/cubecl-profile-$name.log" \
+          step "kprofile-$name" "$BIN/attention" profile "${args[@]}"
+        cp "$OUT/kprofile-$name.log" "$OUT/kprofile-$name.csv"
+      done ;;
     rolled-compile)
       # First calls (compilation + run) per kernel, rolled and unrolled (Tuning::rolled_steps),
       # from CubeCL's profiler at PROFILE_SHAPES (default head dims 64 and 128 at 2048 keys):

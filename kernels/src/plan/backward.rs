@@ -311,7 +311,7 @@ fn mma_config(
     kernel: BackwardKernel,
     blocks: MmaBlocks,
 ) -> MmaGradientConfig {
-    let MmaBlocks { planes, block_kv: inner, buffers, async_copy, .. } = blocks;
+    let MmaBlocks { planes, block_kv: inner, buffers, async_copy, .. } = tuning.streamed(blocks);
     let outer = planes * MATRIX_TILE;
     let (block_q, block_kv) = match kernel {
         BackwardKernel::KeyValue => (inner, outer),

@@ -10,7 +10,7 @@ use crate::primitives::dot::DotSum;
 use crate::problem::{AttentionProblem, FloatKind};
 
 use super::device::DeviceCaps;
-use super::mma_blocks::{self, MmaBlocks};
+use super::mma_blocks;
 use super::{Layout, Tuning};
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
@@ -221,7 +221,7 @@ pub fn forward(
             BlockChoice::LargestFitting,
         ),
         ForwardPath::Mma => {
-            let (config, blocks) = mma_config(caps, problem, tuning.forward_mma, tuning.rolled_steps())?;
+            let (config, blocks) = mma_config(caps, problem, tuning)?;
             (ForwardConfig::Mma(config), choice, blocks)
         }
         ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
@@ -367,9 +367,9 @@ pub(crate) fn mma_fits_registers(problem: &AttentionProblem) -> bool {
 fn mma_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
-    tuned: Option<MmaBlocks>,
-    rolled_steps: bool,
+    tuning: &Tuning,
 ) -> Result<(MmaConfig, BlockChoice), FlashError> {
+    let tuned = tuning.forward_mma;
     if !caps.has_register_mma(problem.dtype) || !mma_fits_registers(problem) {
         return Err(FlashError::Device(format!(
             "the mma path needs a 16x8x16 {:?} register mma, plane size 32, and head_dim / \
@@ -380,7 +380,7 @@ fn mma_config(
     let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal, problem.widest_dim()));
     let mut blocks = Some(first);
     while let Some(candidate) = blocks {
-        let config = candidate.forward_config(caps, problem, rolled_steps);
+        let config = tuning.streamed(candidate).forward_config(caps, problem, tuning.rolled_steps());
         if caps.fits(config.shared_memory_bytes(), config.units()) {
             let choice = match (candidate == first, tuned.is_some()) {
                 (false, _) => BlockChoice::Shrunk,

@@ -115,6 +115,13 @@ pub struct Tuning {
     /// the source, where nothing in registers is indexed by the step (see
     /// [`crate::config::MmaConfig::rolled_steps`]); `None`: [`ROLLED_STEPS`].
     pub rolled_steps: Option<bool>,
+    /// Whether the mma kernels (forward and gradients) stream their blocks by `cp.async`
+    /// (blocks with two buffers, on devices that have it) instead of through registers; `None`:
+    /// as the blocks say (on, by default). Off, a kernel's first compilation takes about 0.8 s
+    /// less of nvrtc (no libcu++ `cuda/barrier` and cooperative-groups headers: see
+    /// benches/RESULTS.md, 2026-12-05); the speed of the kernels streamed through registers at
+    /// the default blocks is not measured yet.
+    pub async_copy: Option<bool>,
 }
 
 impl Tuning {
@@ -169,6 +176,16 @@ impl Tuning {
     pub fn with_rolled_steps(mut self, rolled: Option<bool>) -> Self {
         self.rolled_steps = rolled;
         self
+    }
+
+    pub fn with_async_copy(mut self, async_copy: Option<bool>) -> Self {
+        self.async_copy = async_copy;
+        self
+    }
+
+    /// `blocks` with [`Tuning::async_copy`] applied.
+    pub fn streamed(&self, blocks: MmaBlocks) -> MmaBlocks {
+        MmaBlocks { async_copy: self.async_copy.unwrap_or(blocks.async_copy), ..blocks }
     }
 
     /// [`Tuning::rolled_steps`], or the default.

@@ -32,7 +32,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles; the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
-/// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`).
+/// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
+/// or through registers with `BURN_FLASH_ASYNC` (`true` / `false`, `Tuning::async_copy`).
 pub fn tuning() -> Tuning {
     let path = std::env::var("BURN_FLASH_BWD_PATH").ok().map(|value| match value.parse() {
         Ok(path) => path,
@@ -56,8 +57,13 @@ pub fn tuning() -> Tuning {
         Ok(rolled) => rolled,
         Err(error) => panic!("BURN_FLASH_ROLLED: {error}"),
     });
+    let async_copy = std::env::var("BURN_FLASH_ASYNC").ok().map(|value| match value.parse() {
+        Ok(async_copy) => async_copy,
+        Err(error) => panic!("BURN_FLASH_ASYNC: {error}"),
+    });
     Tuning::default()
         .with_rolled_steps(rolled)
+        .with_async_copy(async_copy)
         .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
         .with_backward_mma(blocks_flag("BURN_FLASH_MMA_BWD"))
         .with_backward_dq(dq)

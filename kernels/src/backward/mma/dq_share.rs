@@ -24,7 +24,9 @@ use crate::primitives::mma::{
 };
 
 /// Where this lane's pair of accumulator tile `j`, row half `h` goes in the dS^T tile: key row
-/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`.
+/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`. The run-time part is
+/// bounded as `mma::fragment_at` bounds it (below 2^16, so the mask changes nothing) and the
+/// comptime part added after, so that the stores take it as their immediate offset.
 #[cube]
 fn ds_pair_index(
     plane_row: u32,
@@ -34,8 +36,8 @@ fn ds_pair_index(
     #[comptime] config: MmaGradientConfig,
 ) -> usize {
     let stride = comptime!(config.ds_tile_row_pairs());
-    let key = plane_row + lane.group + h * BOTTOM_ROW;
-    (key * stride + j * (TILE_N / 2) + lane.quad) as usize
+    let base = ((plane_row + lane.group) * stride + lane.quad) & 0xffffu32;
+    (base + comptime!(h * BOTTOM_ROW * stride + j * (TILE_N / 2))) as usize
 }
 
 /// Stores this plane's dS^T (accumulators `dst`, 16 key rows x `block_q` query columns) into
