@@ -51,6 +51,34 @@ step() {  # step NAME COMMAND...: runs COMMAND (cut after STEP_TIMEOUT s), full 
   tail -n 4 "$OUT/$name.log"
 }
 
+# speed_beside NAME VAR=VALUE: ours at the eight shapes of `h200` with VAR=VALUE in the
+# environment (impl flash-NAME), then with the default, one process each: $OUT/NAME.csv.
+speed_beside() {
+  local name=$1 setting=$2 start=$SECONDS
+  env "$setting" timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+    > "$OUT/$name-only.csv" 2> "$OUT/$name.err"
+  echo "== $name: exit $?, $((SECONDS - start)) s"
+  timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
+    > "$OUT/$name-default.csv" 2> "$OUT/$name-default.err"
+  echo "== default: exit $?, $((SECONDS - start)) s"
+  { sed "s/^flash,/flash-$name,/" "$OUT/$name-only.csv"; grep -v '^impl' "$OUT/$name-default.csv"; } \
+    > "$OUT/$name.csv"
+  cat "$OUT/$name.csv"
+}
+
+# first_calls_beside VAR NAME=VALUE NAME=VALUE "SHAPES": first calls (compilation + run) per
+# kernel from CubeCL's profiler at SHAPES, one process per VAR=VALUE: $OUT/kprofile-NAME.csv.
+first_calls_beside() {
+  local var=$1 shapes=$4 args=() shape run
+  for shape in $shapes; do args+=("--shape=$shape"); done
+  for run in "$2" "$3"; do
+    local name=${run%%=*}
+    step "kprofile-$name" env "$var=${run#*=}" PROFILE_LOG="$OUT/cubecl-profile-$name.log" \
+      "$BIN/attention" profile "${args[@]}"
+    cp "$OUT/kprofile-$name.log" "$OUT/kprofile-$name.csv"
+  done
+}
+
 for s in "$@"; do
   case $s in
     ktests)
@@ -172,54 +200,22 @@ for s in "$@"; do
       cat "$OUT/h200.csv" ;;
     rolled)
       # Tuning::rolled_steps: the mma kernels with their head-dim products as loops in the
-      # source, beside the default (unrolled), ours only, at the eight shapes of `h200`, one
-      # process each: $OUT/rolled.csv (impl flash-rolled, then flash).
-      start=$SECONDS
-      BURN_FLASH_ROLLED=true timeout "${STEP_TIMEOUT:-240}" \
-        "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/rolled-only.csv" 2> "$OUT/rolled.err"
-      echo "== rolled: exit $?, $((SECONDS - start)) s"
-      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
-        > "$OUT/unrolled.csv" 2> "$OUT/unrolled.err"
-      echo "== unrolled (default): exit $?, $((SECONDS - start)) s"
-      { sed 's/^flash,/flash-rolled,/' "$OUT/rolled-only.csv"; grep -v '^impl' "$OUT/unrolled.csv"; } > "$OUT/rolled.csv"
-      cat "$OUT/rolled.csv" ;;
+      # source, beside the default (unrolled): $OUT/rolled.csv (impl flash-rolled, then flash).
+      speed_beside rolled BURN_FLASH_ROLLED=true ;;
     staged)
       # Tuning::async_copy: the mma kernels streaming through registers (no cp.async: a first
-      # compile without libcu++'s barrier headers), beside the default, ours only, at the eight
-      # shapes of `h200`, one process each: $OUT/staged.csv (impl flash-staged, then flash).
-      start=$SECONDS
-      BURN_FLASH_ASYNC=false timeout "${STEP_TIMEOUT:-240}" \
-        "$BIN/attention" speed --flash-only "${EIGHT[@]}" > "$OUT/staged-only.csv" 2> "$OUT/staged.err"
-      echo "== staged: exit $?, $((SECONDS - start)) s"
-      timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
-        > "$OUT/async.csv" 2> "$OUT/async.err"
-      echo "== async (default): exit $?, $((SECONDS - start)) s"
-      { sed 's/^flash,/flash-staged,/' "$OUT/staged-only.csv"; grep -v '^impl' "$OUT/async.csv"; } > "$OUT/staged.csv"
-      cat "$OUT/staged.csv" ;;
-    staged-compile)
-      # First calls (compilation + run) per kernel, staged and by cp.async (Tuning::async_copy),
-      # from CubeCL's profiler at PROFILE_SHAPES (default head dims 32 and 64 at 1024 keys):
-      # $OUT/kprofile-{staged,async}.csv, one process each.
-      args=()
-      for shape in ${PROFILE_SHAPES:-32,12,1024,32 64,12,1024,64}; do args+=("--shape=$shape"); done
-      for async in false true; do
-        name=$([ $async = false ] && echo staged || echo async)
-        BURN_FLASH_ASYNC=$async PROFILE_LOG="$OUT/cubecl-profile-$name.log" \
-          step "kprofile-$name" "$BIN/attention" profile "${args[@]}"
-        cp "$OUT/kprofile-$name.log" "$OUT/kprofile-$name.csv"
-      done ;;
+      # compile without libcu++'s barrier headers), beside the default: $OUT/staged.csv.
+      speed_beside staged BURN_FLASH_ASYNC=false ;;
     rolled-compile)
-      # First calls (compilation + run) per kernel, rolled and unrolled (Tuning::rolled_steps),
-      # from CubeCL's profiler at PROFILE_SHAPES (default head dims 64 and 128 at 2048 keys):
-      # $OUT/kprofile-{rolled,unrolled}.csv, one process each.
-      args=()
-      for shape in ${PROFILE_SHAPES:-16,16,2048,64 16,16,2048,128}; do args+=("--shape=$shape"); done
-      for rolled in true false; do
-        name=$([ $rolled = true ] && echo rolled || echo unrolled)
-        BURN_FLASH_ROLLED=$rolled PROFILE_LOG="$OUT/cubecl-profile-$name.log" \
-          step "kprofile-$name" "$BIN/attention" profile "${args[@]}"
-        cp "$OUT/kprofile-$name.log" "$OUT/kprofile-$name.csv"
-      done ;;
+      # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default
+      # PROFILE_SHAPES head dims 64 and 128 at 2048 keys: $OUT/kprofile-{rolled,unrolled}.csv.
+      first_calls_beside BURN_FLASH_ROLLED rolled=true unrolled=false \
+        "${PROFILE_SHAPES:-16,16,2048,64 16,16,2048,128}" ;;
+    staged-compile)
+      # The same, staged and by cp.async (Tuning::async_copy), default PROFILE_SHAPES head dims
+      # 32 and 64 at 1024 keys: $OUT/kprofile-{staged,async}.csv.
+      first_calls_beside BURN_FLASH_ASYNC staged=false async=true \
+        "${PROFILE_SHAPES:-32,12,1024,32 64,12,1024,64}" ;;
     matrix)
       # The matrix paths (cmma: the forward's and the backward's, BURN_FLASH_FWD_PATH /
       # BURN_FLASH_BWD_PATH) beside the default (mma) path, ours only, at the eight shapes of
