@@ -57,6 +57,18 @@ impl Rows {
     }
 }
 
+/// The A fragment of the plane's row tile `t`, k-step `kk`, from the shared Q tile.
+#[cube]
+fn q_fragment<F: Float, N: Size>(
+    q_tile: &SharedMemory<Vector<F, N>>,
+    plane_row: u32,
+    #[comptime] t: u32,
+    kk: u32,
+    #[comptime] config: MmaConfig,
+) -> Array<Pair<F>> {
+    load_a::<F, N>(q_tile, plane_row, comptime!(t * TILE_M), config.mma_head_stride(), kk)
+}
+
 /// The plane's Q A fragments, `[(t head_steps + kk) A_REGS ..]` for row tile `t` and k-step
 /// `kk`, when they stay in registers (an unused single register otherwise).
 #[cube]
@@ -79,13 +91,7 @@ pub(super) fn query_fragments<F: Float, N: Size>(
         for t in 0..row_tiles {
             #[unroll]
             for kk in 0..head_steps {
-                let frag = load_a::<F, N>(
-                    q_tile,
-                    plane_row,
-                    comptime!(t * TILE_M),
-                    config.mma_head_stride(),
-                    kk,
-                );
+                let frag = q_fragment::<F, N>(q_tile, plane_row, t, kk, config);
                 #[unroll]
                 for r in 0..A_REGS {
                     frags[((t * head_steps + kk) * A_REGS + r) as usize] = frag[r as usize];
@@ -109,13 +115,7 @@ pub(super) fn query_tile_step<F: Float, N: Size>(
     let mut step = Array::<Pair<F>>::new(comptime!((A_REGS * row_tiles) as usize));
     #[unroll]
     for t in 0..row_tiles {
-        let frag = load_a::<F, N>(
-            q_tile,
-            plane_row,
-            comptime!(t * TILE_M),
-            config.mma_head_stride(),
-            kk,
-        );
+        let frag = q_fragment::<F, N>(q_tile, plane_row, t, kk, config);
         #[unroll]
         for r in 0..A_REGS {
             step[(t * A_REGS + r) as usize] = frag[r as usize];
@@ -146,8 +146,7 @@ pub(super) fn query_step<F: Float, N: Size>(
                     q_frags[((t * head_steps + kk) * A_REGS + r) as usize];
             }
         } else {
-            let frag =
-                load_a::<F, N>(q_tile, plane_row + t * TILE_M, 0u32, config.mma_head_stride(), kk);
+            let frag = q_fragment::<F, N>(q_tile, plane_row, t, kk, config);
             #[unroll]
             for r in 0..A_REGS {
                 step[(t * A_REGS + r) as usize] = frag[r as usize];
