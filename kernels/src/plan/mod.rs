@@ -184,7 +184,7 @@ impl Tuning {
     }
 
     /// `blocks` with [`Tuning::async_copy`] applied.
-    pub fn streamed(&self, blocks: MmaBlocks) -> MmaBlocks {
+    pub(crate) fn streamed(&self, blocks: MmaBlocks) -> MmaBlocks {
         MmaBlocks { async_copy: self.async_copy.unwrap_or(blocks.async_copy), ..blocks }
     }
 
