@@ -304,6 +304,14 @@ fn cubecl_codegen_time_of_the_bench_configs() {
     use std::time::Instant;
     let client = support::client();
     let props = support::h200(client.properties());
+    // A gradient kernel's CUDA source: dK/dV (the one pass too) or dQ, as its config says.
+    let gradient_source = |config: MmaGradientConfig| {
+        let settings = settings(CubeDim::new_2d(32, config.planes()));
+        match config.kernel {
+            BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config).0,
+            BackwardKernel::Query => dq_source::<half::bf16>(&client, settings, config).0,
+        }
+    };
     println!("kernel,head_dim,seq,causal,config,codegen_ms,cuda_bytes");
     for (head_dim, seq) in [(32, 512), (32, 1024), (64, 1024), (128, 2048), (128, 8192)] {
         for causal in [false, true] {
@@ -328,23 +336,13 @@ fn cubecl_codegen_time_of_the_bench_configs() {
             for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
                 let plan = planning::gradient_plan(&props, &case, kernel).expect("planned");
                 let GradientConfig::Mma(config) = plan.config else { panic!("{case:?}: {plan}") };
-                let settings = settings(CubeDim::new_2d(32, config.planes()));
                 let start = Instant::now();
-                let (source, _) = match kernel {
-                    BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config),
-                    BackwardKernel::Query => dq_source::<half::bf16>(&client, settings, config),
-                };
+                let source = gradient_source(config);
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 println!("{kernel:?},{head_dim},{seq},{causal},\"{plan}\",{ms:.0},{}", source.len());
                 dump(&format!("bench_{kernel:?}_{name}.cu"), &source);
                 if staged && config.async_inner {
-                    let config = MmaGradientConfig { async_inner: false, ..config };
-                    let cube_dim = CubeDim::new_2d(32, config.planes());
-                    let settings = support::cuda_codegen::settings(cube_dim);
-                    let (source, _) = match kernel {
-                        BackwardKernel::KeyValue => dkdv_source::<half::bf16>(&client, settings, config),
-                        BackwardKernel::Query => dq_source::<half::bf16>(&client, settings, config),
-                    };
+                    let source = gradient_source(MmaGradientConfig { async_inner: false, ..config });
                     dump(&format!("staged_{kernel:?}_{name}.cu"), &source);
                 }
                 if kernel == BackwardKernel::KeyValue {
@@ -354,14 +352,9 @@ fn cubecl_codegen_time_of_the_bench_configs() {
                     let plan = plan::backward::backward(&caps, &case, Layout::CHUNKED, &atomic).expect("planned");
                     let GradientConfig::Mma(one_pass) = plan.dkdv.config else { panic!("{case:?}: {plan}") };
                     assert!(one_pass.atomic_dq, "{case:?}: {plan}");
-                    let one_pass_settings = support::cuda_codegen::settings(CubeDim::new_2d(32, one_pass.planes()));
-                    let (source, _) = dkdv_source::<half::bf16>(&client, one_pass_settings, one_pass);
-                    dump(&format!("bench_OnePass_{name}.cu"), &source);
+                    dump(&format!("bench_OnePass_{name}.cu"), &gradient_source(one_pass));
                     if staged && one_pass.async_inner {
-                        let one_pass = MmaGradientConfig { async_inner: false, ..one_pass };
-                        let planes = one_pass.planes();
-                        let settings = support::cuda_codegen::settings(CubeDim::new_2d(32, planes));
-                        let (source, _) = dkdv_source::<half::bf16>(&client, settings, one_pass);
+                        let source = gradient_source(MmaGradientConfig { async_inner: false, ..one_pass });
                         dump(&format!("staged_OnePass_{name}.cu"), &source);
                     }
                 }

@@ -103,21 +103,28 @@ fn ldmatrix_x4<F: Float, N: Size>(
     )
 }
 
-/// Bounds the run-time part of a fragment's index into its tile. Every index into shared memory
-/// is below 2^16 (the largest shared memory, 228 KiB, is 58368 four-byte pairs, fewer 16-byte
-/// chunks), so the mask changes no index; it tells the compiler that adding a fragment's
-/// constant offset cannot wrap in 32 bits.
-const CHUNK_INDEX_MASK: u32 = 0xffff;
+/// Bounds the run-time part of an index into a shared tile. Every index into shared memory is
+/// below 2^16 (the largest shared memory, 228 KiB, is 58368 four-byte pairs, fewer 16-byte
+/// chunks), so the mask changes no index; it tells the compiler that adding a constant offset
+/// cannot wrap in 32 bits.
+const SHARED_INDEX_MASK: u32 = 0xffff;
+
+/// A shared-memory index as its run-time part `base` (bounded by [`SHARED_INDEX_MASK`]) plus
+/// its comptime part `offset`, added after: cubecl-cuda widens the 32-bit index after the sum,
+/// so an unbounded `(x + c)` might wrap and the compiler recomputes the address for every `c`
+/// (an add and a shift-add per access at sm_90a, where the tiles are separate arrays); bounded,
+/// it folds `c` into the access's immediate offset (counts in benches/RESULTS.md,
+/// `scripts/cuda_offline_sass.sh`).
+#[cube]
+pub fn offset_index(base: u32, #[comptime] offset: u32) -> u32 {
+    (base & SHARED_INDEX_MASK) + offset
+}
 
 /// The chunk a lane gives `ldmatrix` for the 16 x 16 fragment at rows `first_row + row_offset`,
 /// chunk pair `step`: the lane's own offset `lane_at` (its row times the stride plus its chunk)
-/// plus the fragment's first chunk. The run-time part (`lane_at + first_row * stride`, the
-/// same for every fragment of a block) is computed once and bounded by [`CHUNK_INDEX_MASK`];
-/// the comptime part (`row_offset`, and `step` where it is known) is added after. cubecl-cuda
-/// widens the 32-bit index after the sum, so an unbounded `(x + c)` might wrap and the compiler
-/// recomputed each fragment's address (an add and a shift-add per `ldmatrix` at sm_90a, where
-/// the tiles are separate arrays); bounded, it folds `c` into the load's immediate offset
-/// (counts in benches/RESULTS.md, `scripts/cuda_offline_sass.sh`).
+/// plus the fragment's first chunk, as an [`offset_index`]: the run-time part (`lane_at +
+/// first_row * stride`, the same for every fragment of a block) computed once, the comptime
+/// part (`row_offset`, and `step` where it is known) added after.
 #[cube]
 fn fragment_at(
     first_row: u32,
@@ -126,8 +133,7 @@ fn fragment_at(
     step: u32,
     lane_at: u32,
 ) -> usize {
-    let base = (lane_at + first_row * stride) & CHUNK_INDEX_MASK;
-    (base + comptime!(row_offset * stride) + step * 2) as usize
+    (offset_index(lane_at + first_row * stride, comptime!(row_offset * stride)) + step * 2) as usize
 }
 
 /// The A fragment of rows `[first_row + row_offset, +16)`, columns `[16 kk, 16 kk + 16)` of a
@@ -188,8 +194,8 @@ pub fn load_b_by_cols<F: Float, N: Size>(
 /// tile row (a whole, odd number of chunks). The four 8x8 matrices are the tile's rows
 /// `r + [0, 8)` and `r + [8, 16)` (k) at chunks `first_chunk` and `+ 1` (m), each transposed
 /// by `ldmatrix.trans`: lanes 0-7 address (rows 0-7, chunk 0), 8-15 (rows 0-7, chunk 1), 16-23
-/// (rows 8-15, chunk 0), 24-31 (rows 8-15, chunk 1). Indexed as [`fragment_at`] indexes: the
-/// run-time part bounded by [`CHUNK_INDEX_MASK`], `row_offset` added after.
+/// (rows 8-15, chunk 0), 24-31 (rows 8-15, chunk 1). An [`offset_index`], `row_offset` its
+/// comptime part.
 #[cube]
 pub fn load_a_transposed<F: Float>(
     tile: &SharedMemory<Pair<F>>,
@@ -202,8 +208,8 @@ pub fn load_a_transposed<F: Float>(
     let row = lane % LDMATRIX_ROWS + (lane / TILE_M) * LDMATRIX_ROWS;
     let chunk = (lane / LDMATRIX_ROWS) % 2;
     let lane_at = row * stride + chunk * CHUNK_PAIRS;
-    let base = (lane_at + first_row * stride + first_chunk * CHUNK_PAIRS) & CHUNK_INDEX_MASK;
-    let at = (base + comptime!(row_offset * stride)) as usize;
+    let base = lane_at + first_row * stride + first_chunk * CHUNK_PAIRS;
+    let at = offset_index(base, comptime!(row_offset * stride)) as usize;
     ldmatrix_x4::<F, Const<2>>(tile, at, MatrixIdent::A, true)
 }
 

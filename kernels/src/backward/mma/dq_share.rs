@@ -20,13 +20,12 @@ use crate::backward::config::MmaGradientConfig;
 use crate::backward::dq_sink::{DqSink, Quad};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, load_a_transposed, load_b_by_cols,
-    mma_tile_pair, zero_accumulators,
+    mma_tile_pair, offset_index, zero_accumulators,
 };
 
 /// Where this lane's pair of accumulator tile `j`, row half `h` goes in the dS^T tile: key row
-/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`. The run-time part is
-/// bounded as `mma::fragment_at` bounds it (below 2^16, so the mask changes nothing) and the
-/// comptime part added after, so that the stores take it as their immediate offset.
+/// `plane_row + group + 8h`, query columns `8j + 2 quad` and `+ 1`; an [`offset_index`], so
+/// that the stores take the tile's and row half's offset as their immediate.
 #[cube]
 fn ds_pair_index(
     plane_row: u32,
@@ -36,8 +35,8 @@ fn ds_pair_index(
     #[comptime] config: MmaGradientConfig,
 ) -> usize {
     let stride = comptime!(config.ds_tile_row_pairs());
-    let base = ((plane_row + lane.group) * stride + lane.quad) & 0xffffu32;
-    (base + comptime!(h * BOTTOM_ROW * stride + j * (TILE_N / 2))) as usize
+    let base = (plane_row + lane.group) * stride + lane.quad;
+    offset_index(base, comptime!(h * BOTTOM_ROW * stride + j * (TILE_N / 2))) as usize
 }
 
 /// Stores this plane's dS^T (accumulators `dst`, 16 key rows x `block_q` query columns) into
