@@ -6,7 +6,8 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
-#         | rolled | rolled-compile | staged | staged-compile
+#         | rolled | rolled-compile | staged | staged-compile | base
+# base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # staged / staged-compile: the same two for the mma kernels streaming through registers
@@ -198,6 +199,17 @@ for s in "$@"; do
         grep -E '^torch-sdpa-(flash|cudnn),' "$OUT/torch.csv" | sed 's/,True,/,true,/; s/,False,/,false,/'
       } > "$OUT/h200.csv"
       cat "$OUT/h200.csv" ;;
+    base)
+      # The bench binary of an earlier commit, packed here as .carry/bin/attention-base.gz (see
+      # scripts/device/README.md), ours only at the eight shapes of `h200`, right after them in
+      # the same call: $OUT/base.csv (impl flash-base).
+      start=$SECONDS
+      if [ ! -x "$BIN/attention-base" ]; then echo "base: no attention-base in .carry/bin"; else
+        timeout "${STEP_TIMEOUT:-240}" "$BIN/attention-base" speed --flash-only "${EIGHT[@]}" \
+          2> "$OUT/base.err" | sed 's/^flash,/flash-base,/' > "$OUT/base.csv"
+        echo "== base: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
+        cat "$OUT/base.csv"
+      fi ;;
     rolled)
       # Tuning::rolled_steps: the mma kernels with their head-dim products as loops in the
       # source, beside the default (unrolled): $OUT/rolled.csv (impl flash-rolled, then flash).
