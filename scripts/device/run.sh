@@ -93,6 +93,8 @@ for s in "$@"; do
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         case $run in
           forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
+          # The backward suite (BWD_FILTER picks tests) on the planner's default path.
+          backward) cmd=("$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           # The whole backward suite on the one-pass path (dQ by atomic adds).
           backward-atomic) cmd=(env BURN_FLASH_DQ=atomic "$BIN/backward" --test-threads=${THREADS:-4}) ;;
           # The backward suite (BWD_FILTER picks tests) on the matrix backward wherever the
