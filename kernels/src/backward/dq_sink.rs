@@ -41,8 +41,10 @@ pub trait DqSink: Send + Sync + 'static {
     fn add(acc: &mut Tensor<Self::Acc>, index: usize, value: f32);
     /// `acc[index + i] += value[i]` for i < 2 (`index` even).
     fn add_pair(acc: &mut Tensor<Self::Acc>, index: usize, value: Pair<f32>);
-    /// `acc[index + i] += value[i]` for i < 4 (`index` a multiple of 4).
-    fn add_quad(acc: &mut Tensor<Self::Acc>, index: usize, value: Quad<f32>);
+    /// `acc[4 quad + i] += value[i]` for i < 4: `quad` counts groups of four elements, so that
+    /// the quad sink indexes its vectors without a division (a kernel's `index / 4` of a 32-bit
+    /// sum costs a shift per request, the sum not being known to stay a multiple of 4).
+    fn add_quad(acc: &mut Tensor<Self::Acc>, quad: usize, value: Quad<f32>);
 }
 
 /// The one-pass backward: f32 atomic adds into the accumulator, one element per request.
@@ -72,10 +74,10 @@ impl DqSink for AtomicDq {
             acc[index + i].fetch_add(value[i]);
         }
     }
-    fn add_quad(acc: &mut Tensor<Atomic<f32>>, index: usize, value: Quad<f32>) {
+    fn add_quad(acc: &mut Tensor<Atomic<f32>>, quad: usize, value: Quad<f32>) {
         #[unroll]
         for i in 0..4usize {
-            acc[index + i].fetch_add(value[i]);
+            acc[quad * 4 + i].fetch_add(value[i]);
         }
     }
 }
@@ -92,13 +94,13 @@ impl DqSink for AtomicDqPairs {
     fn add_pair(acc: &mut Tensor<Atomic<Pair<f32>>>, index: usize, value: Pair<f32>) {
         acc[index / 2].fetch_add(value);
     }
-    fn add_quad(acc: &mut Tensor<Atomic<Pair<f32>>>, index: usize, value: Quad<f32>) {
+    fn add_quad(acc: &mut Tensor<Atomic<Pair<f32>>>, quad: usize, value: Quad<f32>) {
         #[unroll]
         for i in 0..2usize {
             let mut pair = Pair::<f32>::new(0.0f32);
             pair[0] = value[2 * i];
             pair[1] = value[2 * i + 1];
-            acc[index / 2 + i].fetch_add(pair);
+            acc[quad * 2 + i].fetch_add(pair);
         }
     }
 }
@@ -117,8 +119,8 @@ impl DqSink for AtomicDqQuads {
         quad[index % 4 + 1] = value[1];
         acc[index / 4].fetch_add(quad);
     }
-    fn add_quad(acc: &mut Tensor<Atomic<Quad<f32>>>, index: usize, value: Quad<f32>) {
-        acc[index / 4].fetch_add(value);
+    fn add_quad(acc: &mut Tensor<Atomic<Quad<f32>>>, quad: usize, value: Quad<f32>) {
+        acc[quad].fetch_add(value);
     }
 }
 
@@ -127,7 +129,7 @@ impl DqSink for NoDq {
     type Acc = f32;
     fn add(_acc: &mut Tensor<f32>, _index: usize, _value: f32) {}
     fn add_pair(_acc: &mut Tensor<f32>, _index: usize, _value: Pair<f32>) {}
-    fn add_quad(_acc: &mut Tensor<f32>, _index: usize, _value: Quad<f32>) {}
+    fn add_quad(_acc: &mut Tensor<f32>, _quad: usize, _value: Quad<f32>) {}
 }
 
 /// What a dK/dV kernel without the one pass binds as its accumulator: one f32 that `NoDq`

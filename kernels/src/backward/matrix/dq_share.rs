@@ -72,7 +72,8 @@ pub(super) fn add_dq_share<E: Float, T: TileMma, D: DqSink>(
                         for c in 0..4usize {
                             value[c] = tiles.s[from + c];
                         }
-                        D::add_quad(dq_acc, base + (row * head_dim + col) as usize, value);
+                        // The quad's index: head_dim and col are multiples of 4.
+                        D::add_quad(dq_acc, (base + (row * head_dim + col) as usize) / 4, value);
                     }
                 }
             } else {

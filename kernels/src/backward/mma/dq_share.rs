@@ -245,10 +245,14 @@ fn add_item<D: DqSink>(
         let right = share[((pair * 2 + 1) * ACC_REGS + h) as usize];
         if comptime!(config.dq_width == 4) {
             // Outside the row bound: every lane of the plane takes part in the shuffle.
-            let (quad, offset) = quad_of_lanes(left, right, lane);
-            let col = step * TILE_M + offset;
-            if row < seq_q && (whole_steps || col < head_dim) {
-                D::add_quad(dq_acc, base + row as usize * head_dim as usize + col as usize, quad);
+            let (quad, first_quad) = quad_of_lanes(left, right, lane);
+            // Indexed in quads (head_dim, `base` and a step's 16 columns are whole quads), so
+            // the request's address needs no division of the element index.
+            let quads = comptime!(config.head_dim / 4);
+            let col_quad = step * (TILE_M / 4) + first_quad;
+            if row < seq_q && (whole_steps || col_quad < quads) {
+                let at = base / 4 + row as usize * quads as usize + col_quad as usize;
+                D::add_quad(dq_acc, at, quad);
             }
         } else if row < seq_q {
             let first_col = step * TILE_M + lane.quad * 2;
@@ -268,7 +272,8 @@ fn add_item<D: DqSink>(
 /// lanes of quads 2i and 2i + 1 (the same row group) hold columns 4i..4i+3 of the left 8-column
 /// tile and of the right one, two each. They swap one pair (one shuffle of two f32 each), so
 /// the even lane has the left tile's four and the odd lane the right's. Returns the four values
-/// and their first column within the 16-column step (`4i` or `8 + 4i`).
+/// and where they start within the 16-column step, in quads (columns `4i` and `8 + 4i` are
+/// quads `i` and `2 + i`).
 /// ```text
 /// columns      0 1 2 3 4 5 6 7 | 8 9 ...
 /// quad 0 holds a a . . . . . . | b b          after: quad 0 adds 0..3 of the left tile,
@@ -290,6 +295,5 @@ fn quad_of_lanes(left: Pair<f32>, right: Pair<f32>, lane: Lane) -> (Quad<f32>, u
     quad[1] = first[1];
     quad[2] = second[0];
     quad[3] = second[1];
-    let offset = select(odd, TILE_N, 0u32) + (lane.quad - lane.quad % 2) * 2;
-    (quad, offset)
+    (quad, select(odd, TILE_N / 4, 0u32) + lane.quad / 2)
 }
