@@ -100,7 +100,7 @@ impl MatrixConfig {
         self.block_kv + self.pad(self.elem_bytes)
     }
 
-    /// Row stride of the f32 `P V` tile, padded.
+    /// Row stride of the f32 O staging tile, padded.
     pub fn out_stride(&self) -> u32 {
         self.val_dim_tile() + self.pad(F32_BYTES as u32)
     }

@@ -3,10 +3,19 @@
 //! them), the online softmax through shared memory.
 //!
 //! One cube per (query block, batch * head), `block_q / 16` planes; plane `p` owns query rows
-//! `[16p, 16p + 16)` of the block. Per key/value block: each plane computes its 16 rows of S
-//! into shared memory (f32), the units of each row turn them into logits and P (stored in the
-//! input dtype, as FA-2 does), each plane computes its rows of `P V` into shared memory, and
-//! every unit folds its O columns into f32 registers with the `alpha` rescale.
+//! `[16p, 16p + 16)` of the block and keeps their O in its accumulator fragments across the
+//! key/value loop. Per key/value block: each plane computes its 16 rows of S into shared memory
+//! (f32), the units of each row turn them into logits and P (stored in the tiles' type, as FA-2
+//! does), and each plane adds its rows of `P V` to its O fragments. Both products run a row of
+//! output tiles per step of their shared dimension ([`TileMma::execute_row`]), so each Q and P
+//! fragment is read from shared memory once per block, not once per output tile. The running
+//! maxima move lazily (FA-4's rescaling): only when a row's maximum grows by more than 2^8 in the
+//! exponentials do the planes pass O through shared memory to scale it row by row.
+//! ```text
+//!   per block:  K, V -> smem | S = Q K^T (plane) -> smem | units: logits, max, P -> smem
+//!               [rare: O fragments -> smem, O *= alpha per row, -> fragments] | O += P V
+//!   at the end: O fragments -> smem -> units: O / l, lse -> global
+//! ```
 //! head_dim and val_dim are padded to 16 with zeros in the tiles. The tiles (Q, K, V, P) are
 //! of type `T`: the dtype, or f32 (`MatrixConfig::f32_tiles`: bf16 inputs converted exactly,
 //! P rounded to f32 instead of the dtype, on the f32 cmma of gfx942 with rocWMMA).
@@ -25,7 +34,7 @@ use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma};
 use core::marker::PhantomData;
 
 use super::ForwardArgs;
-use super::unit_rows::{BlockStep, UnitRole, forward_rows, softmax_block};
+use super::unit_rows::{BlockStep, UnitRole, block_alpha, block_probabilities, forward_rows};
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
 /// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
@@ -62,25 +71,30 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     }
 }
 
-/// Shared-memory tiles of one cube (`T`: the tiles' type).
+/// Shared-memory tiles of one cube (`T`: the tiles' type) and the plane's O fragments.
 #[derive(CubeType)]
-pub(crate) struct Tiles<T: Float> {
+pub(crate) struct Tiles<T: Float, Mm: TileMma> {
     /// `[block_q, head_stride]` in T, loaded once, zero-padded.
     q: SharedMemory<T>,
     /// `[block_kv, head_stride]` in T, one key block, zero-padded.
     k: SharedMemory<T>,
     /// `[block_kv, val_stride]` in T, one value block, zero-padded.
     v: SharedMemory<T>,
-    /// `[block_q, score_stride]` f32: raw `q · k` of the current block.
+    /// `[block_q, score_stride]` f32: raw `q · k` of the current block. Once the logits are
+    /// read, `s[0]` is the cube's rescale flag for the block (see `attend`).
     s: SharedMemory<f32>,
     /// `[block_q, prob_stride]` in T: the probabilities, A operand of `P V`.
     p: SharedMemory<T>,
-    /// `[block_q, out_stride]` f32: `P V` of the current block.
-    pv: SharedMemory<f32>,
+    /// `[block_q, out_stride]` f32: where O's fragments pass through when a row's running
+    /// max moves (the rescale) and at the end.
+    o_stage: SharedMemory<f32>,
     /// One f32 per unit: partial row maxima.
     partial_max: SharedMemory<f32>,
     /// One f32 per unit: partial row sums.
     partial_sum: SharedMemory<f32>,
+    /// This plane's 16 rows of O, `val_dim_tile / 16` accumulator tiles, unnormalized (kept
+    /// against the rows' running maxima), across every key/value block.
+    o: Sequence<Mm::Acc>,
 }
 
 #[cube(launch_unchecked)]
@@ -107,7 +121,7 @@ pub(crate) struct MatrixStep<T: Float, Mm: TileMma> {
 
 #[cube]
 impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, Mm> {
-    type Tiles = Tiles<T>;
+    type Tiles = Tiles<T, Mm>;
     type Config = MatrixConfig;
 
     fn query_tiles(
@@ -115,9 +129,9 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
         q_view: &HeadView,
         q_start: u32,
         #[comptime] config: MatrixConfig,
-    ) -> Tiles<T> {
+    ) -> Tiles<T, Mm> {
         let units = comptime!(config.units());
-        let mut tiles = Tiles::<T> {
+        let mut tiles = Tiles::<T, Mm> {
             q: SharedMemory::new_aligned(
                 comptime!((config.block_q * config.head_stride()) as usize),
                 CMMA_ALIGN,
@@ -138,13 +152,18 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
                 comptime!((config.block_q * config.prob_stride()) as usize),
                 CMMA_ALIGN,
             ),
-            pv: SharedMemory::new_aligned(
+            o_stage: SharedMemory::new_aligned(
                 comptime!((config.block_q * config.out_stride()) as usize),
                 CMMA_ALIGN,
             ),
             partial_max: SharedMemory::new(units as usize),
             partial_sum: SharedMemory::new(units as usize),
+            o: Sequence::new(),
         };
+        #[unroll]
+        for _ in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
+            tiles.o.push(Mm::zero(config.plane_size));
+        }
         load_tile::<F, T>(
             q,
             q_view,
@@ -170,9 +189,9 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
         tensors: &ScoreTensors,
         kv_block: u32,
         role: UnitRole,
-        tiles: &mut Tiles<T>,
+        tiles: &mut Tiles<T, Mm>,
         softmax: &mut OnlineSoftmax,
-        acc: &mut Array<f32>,
+        _acc: &mut Array<f32>,
         #[comptime] config: MatrixConfig,
         #[comptime] masked_pass: bool,
     ) {
@@ -210,26 +229,45 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
         );
         sync_cube();
 
-        // S = Q K^T for this plane's rows. K is row-major [block_kv, dk], i.e. K^T column-major.
-        plane_product::<T, Mm>(
-            &tiles.q,
-            dk_stride,
-            &tiles.k,
-            TileLayout::ColMajor,
-            dk_stride,
-            comptime!(MATRIX_TILE * dk_stride),
-            MATRIX_TILE,
-            &mut tiles.s,
-            score_stride,
-            plane_row,
-            comptime!(bkv / MATRIX_TILE),
-            comptime!(dk / MATRIX_TILE),
-            config.plane_size,
-            comptime!(!config.stand_in),
-        );
+        // S = Q K^T for this plane's rows, a row of bkv / 16 accumulator tiles: per 16 columns
+        // of the head, the plane's Q fragment is loaded once for all of them. K is row-major
+        // [block_kv, dk], i.e. K^T column-major: tile (kk, n) at n 16 dk_stride + 16 kk.
+        let mut s_acc = Sequence::<Mm::Acc>::new();
+        #[unroll]
+        for _ in 0..comptime!(bkv / MATRIX_TILE) {
+            s_acc.push(Mm::zero(config.plane_size));
+        }
+        // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
+        #[unroll(!config.stand_in)]
+        for kk in 0..comptime!(dk / MATRIX_TILE) {
+            let q_at = (plane_row * dk_stride + kk * MATRIX_TILE) as usize;
+            Mm::execute_row::<T>(
+                &mut s_acc,
+                0u32,
+                comptime!(bkv / MATRIX_TILE),
+                &tiles.q.slice(q_at, tiles.q.len()),
+                TileLayout::RowMajor,
+                dk_stride,
+                &tiles.k.slice((kk * MATRIX_TILE) as usize, tiles.k.len()),
+                TileLayout::ColMajor,
+                dk_stride,
+                comptime!(MATRIX_TILE * dk_stride),
+                config.plane_size,
+            );
+        }
+        #[unroll]
+        for n in 0..comptime!(bkv / MATRIX_TILE) {
+            let len = tiles.s.len();
+            Mm::store(
+                s_acc.index(n as usize),
+                &mut tiles.s.slice_mut((plane_row * score_stride + n * MATRIX_TILE) as usize, len),
+                score_stride,
+                config.plane_size,
+            );
+        }
         sync_cube();
 
-        // Logits of this unit's columns, then the online softmax; P goes to shared memory in F.
+        // Logits of this unit's columns, then the online softmax; P goes to shared memory in T.
         let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
         let s_row = (role.row * score_stride) as usize;
         #[unroll]
@@ -248,11 +286,39 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
                 masked_pass,
             );
         }
-        let alpha = softmax_block::<T>(
+        // The cube's rescale flag lives in `s[0]`, which needs no shared memory of its own (at
+        // head dim 128 an MI300X's 64 KiB hold the tiles with no byte to spare): S's element
+        // (0, 0) is read by unit 0 alone (row 0, lane 0, its first column), so unit 0 clears
+        // the flag once it has its logits; units set it only after `block_alpha`'s sync, which
+        // every read of S precedes, and read it after `block_probabilities`' sync; the next
+        // block's S stores come after its first sync, which every read of the flag precedes.
+        if UNIT_POS == 0 {
+            tiles.s[0] = 0.0f32;
+        }
+        // O stays in the planes' fragments, which only a round trip through shared memory can
+        // scale row by row: the rows' maxima move lazily (FA-4's rescaling, P at most 2^8), so
+        // that most blocks leave O as it is. Not with dropout, whose factor 1 / (1 - p) on top
+        // of 2^8 could pass f16's range.
+        let lazy = comptime!(!config.score.dropout);
+        // O is zero while the row's sum is: a moved max needs no rescale of it then.
+        let holds_mass = softmax.row_sum > 0.0f32;
+        let alpha = block_alpha(
+            &logits,
+            softmax,
+            &mut tiles.partial_max.to_slice_mut(),
+            role,
+            config.kv_cols_per_unit(),
+            lanes,
+            config.precise_math,
+            lazy,
+        );
+        if holds_mass && alpha != 1.0f32 {
+            tiles.s[0] = 1.0f32;
+        }
+        block_probabilities::<T>(
             &logits,
             softmax,
             &mut tiles.p.to_slice_mut(),
-            &mut tiles.partial_max.to_slice_mut(),
             &mut tiles.partial_sum.to_slice_mut(),
             role,
             params,
@@ -265,82 +331,88 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
             config.score.dropout,
         );
 
-        // P V for this plane's rows, into shared memory.
-        plane_product::<T, Mm>(
-            &tiles.p,
-            prob_stride,
-            &tiles.v,
-            TileLayout::RowMajor,
-            dv_stride,
-            MATRIX_TILE,
-            comptime!(MATRIX_TILE * dv_stride),
-            &mut tiles.pv,
-            out_stride,
-            plane_row,
-            comptime!(dv / MATRIX_TILE),
-            comptime!(bkv / MATRIX_TILE),
-            config.plane_size,
-            comptime!(!config.stand_in),
-        );
-        sync_cube();
+        // The flag is the same for the whole cube after `block_probabilities`' sync.
+        if tiles.s[0] != 0.0f32 {
+            // O = alpha O, row by row, through this plane's rows of the staging tile.
+            stage_o::<T, Mm>(tiles, plane_row, config);
+            let at = (role.row * out_stride + role.lane) as usize;
+            #[unroll]
+            for c in 0..config.out_cols_per_unit() {
+                let e = at + (c * lanes) as usize;
+                tiles.o_stage[e] = tiles.o_stage[e] * alpha;
+            }
+            sync_cube();
+            #[unroll]
+            for n in 0..comptime!(dv / MATRIX_TILE) {
+                let from = (plane_row * out_stride + n * MATRIX_TILE) as usize;
+                let len = tiles.o_stage.len();
+                Mm::load(
+                    tiles.o.index_mut(n as usize),
+                    &tiles.o_stage.slice(from, len),
+                    out_stride,
+                    config.plane_size,
+                );
+            }
+        }
 
-        // O = alpha * O + P V for this unit's O columns. The next block's first writes (K, V)
-        // come after this block's last reads of K, V and P (all before the sync above), and its
-        // writes of S, P, PV after at least one more sync.
-        let pv_row = (role.row * out_stride + role.lane) as usize;
+        // O += P V for this plane's rows, in its fragments: per 16 keys, the plane's P fragment
+        // once for all of O's tiles.
+        #[unroll(!config.stand_in)]
+        for kk in 0..comptime!(bkv / MATRIX_TILE) {
+            let p_at = (plane_row * prob_stride + kk * MATRIX_TILE) as usize;
+            Mm::execute_row::<T>(
+                &mut tiles.o,
+                0u32,
+                comptime!(dv / MATRIX_TILE),
+                &tiles.p.slice(p_at, tiles.p.len()),
+                TileLayout::RowMajor,
+                prob_stride,
+                &tiles.v.slice((kk * MATRIX_TILE * dv_stride) as usize, tiles.v.len()),
+                TileLayout::RowMajor,
+                dv_stride,
+                MATRIX_TILE,
+                config.plane_size,
+            );
+        }
+        // The next block overwrites K and V (after this sync), S (with the flag) and P (after
+        // one more).
+        sync_cube();
+    }
+
+    fn finish(
+        tiles: &mut Tiles<T, Mm>,
+        role: UnitRole,
+        acc: &mut Array<f32>,
+        #[comptime] config: MatrixConfig,
+    ) {
+        let lanes = comptime!(config.units_per_row());
+        stage_o::<T, Mm>(tiles, UNIT_POS_Y * MATRIX_TILE, config);
+        let at = (role.row * config.out_stride() + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
-            acc[c as usize] = acc[c as usize] * alpha + tiles.pv[pv_row + (c * lanes) as usize];
+            acc[c as usize] = tiles.o_stage[at + (c * lanes) as usize];
         }
     }
 }
 
-/// `out = A B` for this plane's 16 rows on 16x16x16 tile products (`Mm`), f32 accumulation:
-/// A row-major with `a_cols` columns (rows `[plane_row, plane_row + 16)`, `k_tiles` tiles of
-/// k); B read in `b_layout` with leading dimension `b_stride`, its tile `(k, n)` at
-/// `k b_k_step + n b_n_step`; `n_tiles` output tiles stored row-major into `out` (`out_cols`
-/// columns).
+/// Stores this plane's O fragments into its rows of the staging tile (every plane of the cube
+/// calls it: it synchronizes the cube after).
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn plane_product<T: Float, Mm: TileMma>(
-    a: &SharedMemory<T>,
-    #[comptime] a_cols: u32,
-    b: &SharedMemory<T>,
-    #[comptime] b_layout: TileLayout,
-    #[comptime] b_stride: u32,
-    #[comptime] b_n_step: u32,
-    #[comptime] b_k_step: u32,
-    out: &mut SharedMemory<f32>,
-    #[comptime] out_cols: u32,
+fn stage_o<T: Float, Mm: TileMma>(
+    tiles: &mut Tiles<T, Mm>,
     plane_row: u32,
-    #[comptime] n_tiles: u32,
-    #[comptime] k_tiles: u32,
-    #[comptime] plane_size: u32,
-    #[comptime] unrolled: bool,
+    #[comptime] config: MatrixConfig,
 ) {
-    // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
-    #[unroll(unrolled)]
-    for n in 0..n_tiles {
-        let mut acc = Mm::zero(plane_size);
-        #[unroll(unrolled)]
-        for kk in 0..k_tiles {
-            Mm::execute::<T>(
-                &mut acc,
-                &a.slice((plane_row * a_cols + kk * MATRIX_TILE) as usize, a.len()),
-                TileLayout::RowMajor,
-                a_cols,
-                &b.slice((kk * b_k_step + n * b_n_step) as usize, b.len()),
-                b_layout,
-                b_stride,
-                plane_size,
-            );
-        }
-        let out_len = out.len();
+    let out_stride = comptime!(config.out_stride());
+    #[unroll]
+    for n in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
+        let len = tiles.o_stage.len();
         Mm::store(
-            &acc,
-            &mut out.slice_mut((plane_row * out_cols + n * MATRIX_TILE) as usize, out_len),
-            out_cols,
-            plane_size,
+            tiles.o.index(n as usize),
+            &mut tiles.o_stage.slice_mut((plane_row * out_stride + n * MATRIX_TILE) as usize, len),
+            out_stride,
+            config.plane_size,
         );
     }
+    sync_cube();
 }

@@ -249,4 +249,12 @@ impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
         // The next block overwrites K, V and P.
         sync_cube();
     }
+
+    fn finish(
+        _tiles: &mut Tiles,
+        _role: UnitRole,
+        _acc: &mut Array<f32>,
+        #[comptime] _config: PortableConfig,
+    ) {
+    }
 }

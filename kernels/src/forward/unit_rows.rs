@@ -104,13 +104,81 @@ pub(crate) fn softmax_block<P: Float>(
     #[comptime] precise: bool,
     #[comptime] dropout: bool,
 ) -> f32 {
+    let alpha = block_alpha(
+        logits,
+        softmax,
+        partial_max,
+        role,
+        cols_per_unit,
+        lanes,
+        precise,
+        false,
+    );
+    block_probabilities::<P>(
+        logits,
+        softmax,
+        p_tile,
+        partial_sum,
+        role,
+        params,
+        kv_start,
+        cols_per_unit,
+        lanes,
+        p_cols,
+        masked_pass,
+        precise,
+        dropout,
+    );
+    alpha
+}
+
+/// The first half of [`softmax_block`]: the row's block max over its units (one cube sync),
+/// the running max moved (lazily with `lazy`, see [`OnlineSoftmax::rescale_lazy`]) and the
+/// sum rescaled. Returns `alpha`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_alpha(
+    logits: &Array<f32>,
+    softmax: &mut OnlineSoftmax,
+    partial_max: &mut Slice<f32, ReadWrite>,
+    role: UnitRole,
+    #[comptime] cols_per_unit: u32,
+    #[comptime] lanes: u32,
+    #[comptime] precise: bool,
+    #[comptime] lazy: bool,
+) -> f32 {
     let mut local_max = logits[0];
     #[unroll]
     for t in 1..cols_per_unit {
         local_max = max(local_max, logits[t as usize]);
     }
     let block_max = row_max(partial_max, local_max, role.row, role.lane, lanes);
-    let alpha = softmax.rescale(block_max, precise);
+    if comptime!(lazy) {
+        softmax.rescale_lazy(block_max, precise)
+    } else {
+        softmax.rescale(block_max, precise)
+    }
+}
+
+/// The second half of [`softmax_block`]: P against the running max written to `p_tile`, the
+/// row sum over its units (one cube sync, after which P is visible to all units) added.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn block_probabilities<P: Float>(
+    logits: &Array<f32>,
+    softmax: &mut OnlineSoftmax,
+    p_tile: &mut Slice<P, ReadWrite>,
+    partial_sum: &mut Slice<f32, ReadWrite>,
+    role: UnitRole,
+    params: &ScoreParams,
+    kv_start: u32,
+    #[comptime] cols_per_unit: u32,
+    #[comptime] lanes: u32,
+    #[comptime] p_cols: u32,
+    #[comptime] masked_pass: bool,
+    #[comptime] precise: bool,
+    #[comptime] dropout: bool,
+) {
     let p_row = (role.row * p_cols) as usize;
     let mut local_sum = 0.0f32;
     #[unroll]
@@ -126,7 +194,6 @@ pub(crate) fn softmax_block<P: Float>(
     }
     let block_sum = row_sum(partial_sum, local_sum, role.row, role.lane, lanes);
     softmax.accumulate(block_sum);
-    alpha
 }
 
 /// What the portable and matrix forward kernels do differently: their shared-memory tiles
@@ -149,7 +216,8 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
     ) -> Self::Tiles;
 
     /// One iteration of the main loop: key/value block `kv_block` updates the softmax state
-    /// and the O accumulators of this unit. `masked_pass` emits the tail / causal / mask
+    /// and the O accumulators of this unit (`acc`; the matrix path keeps them in its planes'
+    /// fragments instead, see [`Self::finish`]). `masked_pass` emits the tail / causal / mask
     /// checks.
     #[allow(clippy::too_many_arguments)]
     fn attend(
@@ -168,6 +236,16 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
         acc: &mut Array<f32>,
         #[comptime] config: Self::Config,
         #[comptime] masked_pass: bool,
+    );
+
+    /// After the last key/value block: this unit's O columns into `acc` where the step keeps
+    /// them elsewhere (the matrix path, in its fragments); nothing where `attend` accumulated
+    /// into `acc`. Every unit of the cube calls it (it may synchronize the cube).
+    fn finish(
+        tiles: &mut Self::Tiles,
+        role: UnitRole,
+        acc: &mut Array<f32>,
+        #[comptime] config: Self::Config,
     );
 }
 
@@ -250,6 +328,7 @@ pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
     }
 
     // Step 3: normalize once and write O and the log-sum-exp.
+    S::finish(&mut tiles, role, &mut acc, config);
     if q_start + role.row < params.seq_q {
         write_outputs::<F>(
             o,

@@ -56,6 +56,21 @@ impl OnlineSoftmax {
         alpha
     }
 
+    /// [`Self::rescale`], lazily (FA-4's): the running max moves only when `block_max` passes
+    /// it by more than 2^[`LAZY_RESCALE_LOG2`] in the exponentials (always from the masked
+    /// sentinel to a visible entry); otherwise `alpha` is exactly 1 and the block's P is taken
+    /// against the stale max, each entry at most 2^8.
+    pub fn rescale_lazy(&mut self, block_max: f32, #[comptime] precise: bool) -> f32 {
+        let threshold = comptime!(LAZY_RESCALE_LOG2 * core::f32::consts::LN_2);
+        // From MASKED_LOGIT the difference rounds to f32::MAX (or +inf): outgrown.
+        let outgrown = block_max - self.row_max > f32::new(threshold);
+        let new_max = select(outgrown, block_max, self.row_max);
+        let alpha = select(outgrown, exp_f32(self.row_max - new_max, precise), 1.0f32);
+        self.row_max = new_max;
+        self.row_sum *= alpha;
+        alpha
+    }
+
     /// `P = exp(s - row_max)`, exactly 0 for a masked logit. With `masked_pass = false` no
     /// entry is masked and the check is not emitted.
     pub fn probability(

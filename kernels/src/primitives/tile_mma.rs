@@ -58,11 +58,38 @@ pub trait TileMma: Send + Sync + 'static {
         #[comptime] plane_size: u32,
     );
 
+    /// `accs[first + n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against
+    /// a row of B tiles, B_n's at `b[n b_step]`. What a plane that keeps a row of output tiles
+    /// in its fragments does per step of the shared dimension.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_row<F: Float>(
+        accs: &mut Sequence<Self::Acc>,
+        #[comptime] first: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] plane_size: u32,
+    );
+
     /// Stores `acc` row-major into `out` from `out[0]`, `out_stride` per row.
     fn store(
         acc: &Self::Acc,
         out: &mut Slice<f32, ReadWrite>,
         #[comptime] out_stride: u32,
+        #[comptime] plane_size: u32,
+    );
+
+    /// Loads `acc` from the row-major f32 tile at `from[0]`, `from_stride` per row (the inverse
+    /// of [`Self::store`]).
+    fn load(
+        acc: &mut Self::Acc,
+        from: &Slice<f32>,
+        #[comptime] from_stride: u32,
         #[comptime] plane_size: u32,
     );
 
@@ -157,6 +184,45 @@ impl TileMma for Cmma {
         cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
     }
 
+    fn execute_row<F: Float>(
+        accs: &mut Sequence<cmma::Matrix<f32>>,
+        #[comptime] first: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] _plane_size: u32,
+    ) {
+        let tile = comptime!(MATRIX_TILE as usize);
+        let a_frag = cmma::Matrix::<F>::from_slice(
+            cmma::MatrixIdent::A,
+            tile,
+            tile,
+            tile,
+            comptime!(a_layout.cmma()),
+            a,
+            a_stride,
+        );
+        #[unroll]
+        for n in 0..count {
+            let b_frag = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                tile,
+                tile,
+                tile,
+                comptime!(b_layout.cmma()),
+                &b.slice((n * b_step) as usize, b.len()),
+                b_stride,
+            );
+            let acc = accs.index_mut((first + n) as usize);
+            cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
+        }
+    }
+
     fn store(
         acc: &cmma::Matrix<f32>,
         out: &mut Slice<f32, ReadWrite>,
@@ -164,6 +230,15 @@ impl TileMma for Cmma {
         #[comptime] _plane_size: u32,
     ) {
         cmma::store(out, acc, out_stride, cmma::MatrixLayout::RowMajor);
+    }
+
+    fn load(
+        acc: &mut cmma::Matrix<f32>,
+        from: &Slice<f32>,
+        #[comptime] from_stride: u32,
+        #[comptime] _plane_size: u32,
+    ) {
+        cmma::load_with_layout(acc, from, from_stride, cmma::MatrixLayout::RowMajor);
     }
 
     fn write<F: Float>(
@@ -238,6 +313,34 @@ impl TileMma for StandIn {
         }
     }
 
+    fn execute_row<F: Float>(
+        accs: &mut Sequence<Array<f32>>,
+        #[comptime] first: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] plane_size: u32,
+    ) {
+        #[unroll]
+        for n in 0..count {
+            Self::execute::<F>(
+                accs.index_mut((first + n) as usize),
+                a,
+                a_layout,
+                a_stride,
+                &b.slice((n * b_step) as usize, b.len()),
+                b_layout,
+                b_stride,
+                plane_size,
+            );
+        }
+    }
+
     fn store(
         acc: &Array<f32>,
         out: &mut Slice<f32, ReadWrite>,
@@ -251,6 +354,21 @@ impl TileMma for StandIn {
                 let (r, c) = (e / MATRIX_TILE, e % MATRIX_TILE);
                 out[(r * out_stride + c) as usize] = acc[i as usize];
             }
+        }
+    }
+
+    fn load(
+        acc: &mut Array<f32>,
+        from: &Slice<f32>,
+        #[comptime] from_stride: u32,
+        #[comptime] plane_size: u32,
+    ) {
+        let count = comptime!(TILE_ELEMENTS.div_ceil(plane_size));
+        for i in 0..count {
+            // Past the tile (plane sizes above 256 only) a lane reloads its last element.
+            let e = min(UNIT_POS_X + i * plane_size, comptime!(TILE_ELEMENTS - 1));
+            let (r, c) = (e / MATRIX_TILE, e % MATRIX_TILE);
+            acc[i as usize] = from[(r * from_stride + c) as usize];
         }
     }
 

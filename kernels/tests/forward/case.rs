@@ -71,6 +71,11 @@ impl Case {
             ..self.with(|a| a.softcap(cap))
         }
     }
+    /// Dropout with probability `prob`, the mask drawn from `seed` (the host's mask in the
+    /// reference).
+    pub(crate) fn dropout(self, prob: f64, seed: u64) -> Self {
+        self.with(|a| a.dropout(prob, seed))
+    }
     pub(crate) fn causal(self) -> Self {
         self.with(Attention::causal)
     }

@@ -19,6 +19,8 @@ forward_cases! {
     bf16_matrix_hd64_q113_kv203: case(BF16, 64, 113, 203).matrix();
     bf16_matrix_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().causal();
     bf16_matrix_all_options_hd64_q203_kv113: case(BF16, 64, 203, 113).matrix().softcap(2.0).mask().bias().causal();
+    f16_matrix_large_logits_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().scale(2.0);
+    bf16_matrix_large_logits_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().scale(2.0).causal();
     // The matrix path on its scalar stand-in for the fragments (any device: the whole kernel
     // but the fragments, on lavapipe in CI), tiles in the dtype and in f32 (bf16 on gfx942).
     f32_matrix_stand_in_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false);
@@ -26,6 +28,12 @@ forward_cases! {
     f32_matrix_stand_in_quiet_masked_rows_hd64_q203_kv113: case(F32, 64, 203, 113).matrix_stand_in(false).quiet().masked_rows().causal();
     f16_matrix_stand_in_f32_tiles_causal_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).causal().mask();
     bf16_matrix_stand_in_f32_tiles_hd128_q113_kv203: case(BF16, 128, 113, 203).matrix_stand_in(true).softcap(2.0).bias();
+    // Logits spread over tens of units: later key blocks raise rows' maxima by more than 2^8
+    // in the exponentials, so the planes rescale the O kept in their fragments (lazily).
+    f32_matrix_stand_in_large_logits_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false).scale(2.0);
+    f16_matrix_stand_in_f32_tiles_large_logits_causal_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).scale(2.0).causal().mask();
+    // With dropout the maxima move eagerly (P times 1 / (1 - p) must stay in f16's range).
+    f32_matrix_stand_in_dropout_large_logits_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false).scale(2.0).dropout(0.3, 11);
     // The mma path, forced (skips where the device has no register mma for the dtype).
     f16_mma_hd64_q113_kv203: case(F16, 64, 113, 203).mma();
     bf16_mma_hd128_q1024_kv1024: case(BF16, 128, 1024, 1024).mma();

@@ -45,7 +45,7 @@ use super::config::{BackwardKernel, MatrixGradientConfig};
 use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_accumulator};
 use dq_share::add_dq_share;
 use tiles::{
-    chain, dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
+    dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
     strip_transposed_product, write_rows, zero_tiles,
 };
 
@@ -290,22 +290,19 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
         }
         sync_cube();
 
-        // dQ_w += dS_w K.
-        #[unroll]
-        for n in 0..comptime!(dk_tile / MATRIX_TILE) {
-            chain::<E, T>(
-                dq_acc.index_mut(n as usize),
-                &tiles.ds,
-                own * prob_stride,
-                MATRIX_TILE,
+        // dQ_w += dS_w K: per 16 keys, the plane's dS fragment once for all of dQ's tiles.
+        for kk in 0..comptime!(bkv / MATRIX_TILE) {
+            T::execute_row::<E>(
+                &mut dq_acc,
+                0u32,
+                comptime!(dk_tile / MATRIX_TILE),
+                &tiles.ds.slice((own * prob_stride + kk * MATRIX_TILE) as usize, tiles.ds.len()),
                 TileLayout::RowMajor,
                 prob_stride,
-                &tiles.k,
-                n * MATRIX_TILE,
-                comptime!(MATRIX_TILE * dk_stride),
+                &tiles.k.slice((kk * MATRIX_TILE * dk_stride) as usize, tiles.k.len()),
                 TileLayout::RowMajor,
                 dk_stride,
-                comptime!(bkv / MATRIX_TILE),
+                MATRIX_TILE,
                 plane_size,
             );
         }

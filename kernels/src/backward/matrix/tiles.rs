@@ -168,7 +168,7 @@ pub(super) fn dots_tile<F: Float, T: TileMma>(
 /// `accs[n] += strip^T B` for each 16-column tile `n` of `b` (`[block_q, stride]`, `dim_tile`
 /// columns used): `strip` is the plane's 16-column strip of a `[block_q, prob_stride]` tile (P or
 /// dS) from column `own`, its transpose's tile (0, kk) read column-major, 16 query rows further
-/// per step.
+/// per step. Per step the strip's fragment is loaded once for all of `accs`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn strip_transposed_product<E: Float, T: TileMma>(
@@ -181,21 +181,19 @@ pub(super) fn strip_transposed_product<E: Float, T: TileMma>(
     #[comptime] config: MatrixGradientConfig,
 ) {
     let prob_stride = comptime!(config.prob_stride());
-    #[unroll]
-    for n in 0..comptime!(dim_tile / MATRIX_TILE) {
-        chain::<E, T>(
-            accs.index_mut(n as usize),
-            strip,
-            own,
-            comptime!(MATRIX_TILE * prob_stride),
+    // A loop, as in `chain`; each step's row of products is unrolled.
+    for kk in 0..comptime!(config.block_q / MATRIX_TILE) {
+        T::execute_row::<E>(
+            accs,
+            0u32,
+            comptime!(dim_tile / MATRIX_TILE),
+            &strip.slice((own + kk * MATRIX_TILE * prob_stride) as usize, strip.len()),
             TileLayout::ColMajor,
             prob_stride,
-            b,
-            n * MATRIX_TILE,
-            comptime!(MATRIX_TILE * stride),
+            &b.slice((kk * MATRIX_TILE * stride) as usize, b.len()),
             TileLayout::RowMajor,
             stride,
-            comptime!(config.block_q / MATRIX_TILE),
+            MATRIX_TILE,
             config.plane_size,
         );
     }
