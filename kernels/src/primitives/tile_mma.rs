@@ -136,6 +136,18 @@ fn write_element<F: Float>(
 /// The device's cmma fragments (16x16x16, inputs in the dtype, f32 accumulator).
 pub struct Cmma;
 
+/// A 16x16 A or B fragment loaded from `tile[0]`, `stride` per row (or column) of `layout`.
+#[cube]
+fn fragment<F: Float>(
+    #[comptime] ident: cmma::MatrixIdent,
+    tile: &Slice<F>,
+    #[comptime] layout: TileLayout,
+    #[comptime] stride: u32,
+) -> cmma::Matrix<F> {
+    let size = comptime!(MATRIX_TILE as usize);
+    cmma::Matrix::<F>::from_slice(ident, size, size, size, comptime!(layout.cmma()), tile, stride)
+}
+
 #[cube]
 impl TileMma for Cmma {
     type Acc = cmma::Matrix<f32>;
@@ -162,25 +174,8 @@ impl TileMma for Cmma {
         #[comptime] b_stride: u32,
         #[comptime] _plane_size: u32,
     ) {
-        let tile = comptime!(MATRIX_TILE as usize);
-        let a_frag = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            tile,
-            tile,
-            tile,
-            comptime!(a_layout.cmma()),
-            a,
-            a_stride,
-        );
-        let b_frag = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::B,
-            tile,
-            tile,
-            tile,
-            comptime!(b_layout.cmma()),
-            b,
-            b_stride,
-        );
+        let a_frag = fragment::<F>(cmma::MatrixIdent::A, a, a_layout, a_stride);
+        let b_frag = fragment::<F>(cmma::MatrixIdent::B, b, b_layout, b_stride);
         cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
     }
 
@@ -197,27 +192,12 @@ impl TileMma for Cmma {
         #[comptime] b_step: u32,
         #[comptime] _plane_size: u32,
     ) {
-        let tile = comptime!(MATRIX_TILE as usize);
-        let a_frag = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            tile,
-            tile,
-            tile,
-            comptime!(a_layout.cmma()),
-            a,
-            a_stride,
-        );
+        let a_frag = fragment::<F>(cmma::MatrixIdent::A, a, a_layout, a_stride);
         #[unroll]
         for n in 0..count {
-            let b_frag = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                tile,
-                tile,
-                tile,
-                comptime!(b_layout.cmma()),
-                &b.slice((n * b_step) as usize, b.len()),
-                b_stride,
-            );
+            let b_at = (n * b_step) as usize;
+            let b_frag =
+                fragment::<F>(cmma::MatrixIdent::B, &b.slice(b_at, b.len()), b_layout, b_stride);
             let acc = accs.index_mut((first + n) as usize);
             cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
         }
