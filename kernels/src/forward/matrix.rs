@@ -29,7 +29,7 @@ use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_tile};
-use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma};
+use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
 
 use core::marker::PhantomData;
 
@@ -158,12 +158,8 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
             ),
             partial_max: SharedMemory::new(units as usize),
             partial_sum: SharedMemory::new(units as usize),
-            o: Sequence::new(),
+            o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
         };
-        #[unroll]
-        for _ in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
-            tiles.o.push(Mm::zero(config.plane_size));
-        }
         load_tile::<F, T>(
             q,
             q_view,
@@ -232,18 +228,13 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
         // S = Q K^T for this plane's rows, a row of bkv / 16 accumulator tiles: per 16 columns
         // of the head, the plane's Q fragment is loaded once for all of them. K is row-major
         // [block_kv, dk], i.e. K^T column-major: tile (kk, n) at n 16 dk_stride + 16 kk.
-        let mut s_acc = Sequence::<Mm::Acc>::new();
-        #[unroll]
-        for _ in 0..comptime!(bkv / MATRIX_TILE) {
-            s_acc.push(Mm::zero(config.plane_size));
-        }
+        let mut s_acc = zero_tiles::<Mm>(comptime!(bkv / MATRIX_TILE), config.plane_size);
         // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
         #[unroll(!config.stand_in)]
         for kk in 0..comptime!(dk / MATRIX_TILE) {
             let q_at = (plane_row * dk_stride + kk * MATRIX_TILE) as usize;
             Mm::execute_row::<T>(
                 &mut s_acc,
-                0u32,
                 comptime!(bkv / MATRIX_TILE),
                 &tiles.q.slice(q_at, tiles.q.len()),
                 TileLayout::RowMajor,
@@ -362,7 +353,6 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
             let p_at = (plane_row * prob_stride + kk * MATRIX_TILE) as usize;
             Mm::execute_row::<T>(
                 &mut tiles.o,
-                0u32,
                 comptime!(dv / MATRIX_TILE),
                 &tiles.p.slice(p_at, tiles.p.len()),
                 TileLayout::RowMajor,

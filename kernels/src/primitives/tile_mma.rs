@@ -58,13 +58,12 @@ pub trait TileMma: Send + Sync + 'static {
         #[comptime] plane_size: u32,
     );
 
-    /// `accs[first + n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against
+    /// `accs[n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against
     /// a row of B tiles, B_n's at `b[n b_step]`. What a plane that keeps a row of output tiles
     /// in its fragments does per step of the shared dimension.
     #[allow(clippy::too_many_arguments)]
     fn execute_row<F: Float>(
         accs: &mut Sequence<Self::Acc>,
-        #[comptime] first: u32,
         #[comptime] count: u32,
         a: &Slice<F>,
         #[comptime] a_layout: TileLayout,
@@ -110,6 +109,20 @@ pub trait TileMma: Send + Sync + 'static {
         staging: &mut Slice<f32, ReadWrite>,
         #[comptime] plane_size: u32,
     );
+}
+
+/// `count` zero accumulators: a row of output tiles a plane keeps in its fragments.
+#[cube]
+pub fn zero_tiles<T: TileMma>(
+    #[comptime] count: u32,
+    #[comptime] plane_size: u32,
+) -> Sequence<T::Acc> {
+    let mut tiles = Sequence::<T::Acc>::new();
+    #[unroll]
+    for _ in 0..count {
+        tiles.push(T::zero(plane_size));
+    }
+    tiles
 }
 
 /// Writes `value` as element `e` (row-major) of a 16x16 tile of `out`, where it is in bounds
@@ -181,7 +194,6 @@ impl TileMma for Cmma {
 
     fn execute_row<F: Float>(
         accs: &mut Sequence<cmma::Matrix<f32>>,
-        #[comptime] first: u32,
         #[comptime] count: u32,
         a: &Slice<F>,
         #[comptime] a_layout: TileLayout,
@@ -198,7 +210,7 @@ impl TileMma for Cmma {
             let b_at = (n * b_step) as usize;
             let b_frag =
                 fragment::<F>(cmma::MatrixIdent::B, &b.slice(b_at, b.len()), b_layout, b_stride);
-            let acc = accs.index_mut((first + n) as usize);
+            let acc = accs.index_mut(n as usize);
             cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
         }
     }
@@ -295,7 +307,6 @@ impl TileMma for StandIn {
 
     fn execute_row<F: Float>(
         accs: &mut Sequence<Array<f32>>,
-        #[comptime] first: u32,
         #[comptime] count: u32,
         a: &Slice<F>,
         #[comptime] a_layout: TileLayout,
@@ -309,7 +320,7 @@ impl TileMma for StandIn {
         #[unroll]
         for n in 0..count {
             Self::execute::<F>(
-                accs.index_mut((first + n) as usize),
+                accs.index_mut(n as usize),
                 a,
                 a_layout,
                 a_stride,

@@ -37,7 +37,7 @@ use crate::primitives::block_range::{
 };
 use crate::primitives::score::{ScoreParams, score_params, score_tensors};
 use crate::primitives::tile_io::{head_view, stat_view};
-use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma};
+use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
@@ -46,7 +46,7 @@ use super::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_ac
 use dq_share::add_dq_share;
 use tiles::{
     dots_tile, new_pair_tiles, place, stage, stage_stats, strip_gradients,
-    strip_transposed_product, write_rows, zero_tiles,
+    strip_transposed_product, write_rows,
 };
 
 mod dq_share;
@@ -294,7 +294,6 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
         for kk in 0..comptime!(bkv / MATRIX_TILE) {
             T::execute_row::<E>(
                 &mut dq_acc,
-                0u32,
                 comptime!(dk_tile / MATRIX_TILE),
                 &tiles.ds.slice((own * prob_stride + kk * MATRIX_TILE) as usize, tiles.ds.len()),
                 TileLayout::RowMajor,

@@ -82,17 +82,6 @@ pub(super) fn place<F: Float>(q: &Tensor<F>, k: &Tensor<F>) -> Place {
     }
 }
 
-/// `count` zero accumulators.
-#[cube]
-pub(super) fn zero_tiles<T: TileMma>(#[comptime] count: u32, #[comptime] plane_size: u32) -> Sequence<T::Acc> {
-    let mut tiles = Sequence::<T::Acc>::new();
-    #[unroll]
-    for _ in 0..count {
-        tiles.push(T::zero(plane_size));
-    }
-    tiles
-}
-
 /// `acc += Σ_kk A_kk B_kk` over `steps` tile steps: A's tile `kk` at `a[a_at + kk a_step]`, B's
 /// at `b[b_at + kk b_step]`.
 #[cube]
@@ -185,7 +174,6 @@ pub(super) fn strip_transposed_product<E: Float, T: TileMma>(
     for kk in 0..comptime!(config.block_q / MATRIX_TILE) {
         T::execute_row::<E>(
             accs,
-            0u32,
             comptime!(dim_tile / MATRIX_TILE),
             &strip.slice((own + kk * MATRIX_TILE * prob_stride) as usize, strip.len()),
             TileLayout::ColMajor,
