@@ -12,11 +12,17 @@ use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_ker
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
 use cubecl::prelude::*;
+use burn_flash_attn_kernels::primitives::tile_io::LOAD_BYTES;
 use support::cuda_codegen::{cuda_source, dump, settings};
 use support::kernel_args::score_params;
 use support::{planning, problem};
 
-fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfig) -> (String, usize) {
+/// The CUDA source of the matrix forward for `config`, reading q, k, v in vectors of `width`.
+fn matrix_source<F: Float, M: Int>(
+    client: &support::Client,
+    config: MatrixConfig,
+    width: usize,
+) -> (String, usize) {
     let tensor = || TensorCompilationArg { inplace: None };
     cuda_source(FlashAttentionForwardMatrixKernel::<F, F, M, Cmma, support::TestRuntime>::new(
         settings(CubeDim::new_2d(config.plane_size, config.num_planes())),
@@ -30,6 +36,7 @@ fn matrix_source<F: Float, M: Int>(client: &support::Client, config: MatrixConfi
         tensor(),
         tensor(),
         score_params(),
+        width,
         config,
     ))
 }
@@ -60,39 +67,42 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         let ForwardConfig::Matrix(config) = plan.config else {
             panic!("{case:?}: {plan}, not the matrix path");
         };
-        let (source, shared) = match (case.dtype, case.mask) {
-            (FloatKind::F16, Some(MaskKind::U8)) => {
-                matrix_source::<half::f16, u8>(&client, config)
-            }
-            (FloatKind::F16, _) => matrix_source::<half::f16, u32>(&client, config),
-            (FloatKind::BF16, Some(MaskKind::U8)) => {
-                matrix_source::<half::bf16, u8>(&client, config)
-            }
-            (FloatKind::BF16, _) => matrix_source::<half::bf16, u32>(&client, config),
-            (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
-        };
-        dump(
-            &format!("matrix_{:?}_hd{}_dv{}.cu", case.dtype, case.head_dim, case.val_dim),
-            &source,
-        );
-        println!(
-            "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
-            plan,
-            source.len()
-        );
-        assert!(
-            source.contains("mma_sync"),
-            "{case:?}: no wmma::mma_sync in the source"
-        );
-        assert!(!source.contains("#error"), "{case:?}: #error in the source");
-        assert!(
-            shared <= support::H200_SHARED_MEMORY,
-            "{case:?}: {shared} bytes of shared memory"
-        );
-        assert_eq!(
-            shared,
-            config.shared_memory_bytes(),
-            "{case:?}: planner's shared memory estimate"
-        );
+        // Rows of whole 16-byte vectors (Burn's contiguous tensors, where the dims allow) and
+        // element-wise reads.
+        let whole = |w: &usize| case.head_dim % w == 0 && case.val_dim % w == 0;
+        for width in [LOAD_BYTES / case.dtype.size(), 1].into_iter().filter(whole) {
+            let (source, shared) = match (case.dtype, case.mask) {
+                (FloatKind::F16, Some(MaskKind::U8)) => {
+                    matrix_source::<half::f16, u8>(&client, config, width)
+                }
+                (FloatKind::F16, _) => matrix_source::<half::f16, u32>(&client, config, width),
+                (FloatKind::BF16, Some(MaskKind::U8)) => {
+                    matrix_source::<half::bf16, u8>(&client, config, width)
+                }
+                (FloatKind::BF16, _) => matrix_source::<half::bf16, u32>(&client, config, width),
+                (FloatKind::F32, _) => unreachable!("f32 takes the portable path"),
+            };
+            let (dtype, hd, dv) = (case.dtype, case.head_dim, case.val_dim);
+            dump(&format!("matrix_{dtype:?}_hd{hd}_dv{dv}_w{width}.cu"), &source);
+            println!(
+                "{case:?}: {} ({} bytes of CUDA, {shared} bytes of shared memory)",
+                plan,
+                source.len()
+            );
+            assert!(
+                source.contains("mma_sync"),
+                "{case:?}: no wmma::mma_sync in the source"
+            );
+            assert!(!source.contains("#error"), "{case:?}: #error in the source");
+            assert!(
+                shared <= support::H200_SHARED_MEMORY,
+                "{case:?}: {shared} bytes of shared memory"
+            );
+            assert_eq!(
+                shared,
+                config.shared_memory_bytes(),
+                "{case:?}: planner's shared memory estimate"
+            );
+        }
     }
 }

@@ -195,6 +195,13 @@ pub(crate) struct GradientArgs<R: Runtime> {
 }
 
 impl<R: Runtime> GradientInputs<R> {
+    /// Elements per global read of q, k, v and d_out in the matrix kernels
+    /// ([`crate::primitives::tile_io::load_width`]).
+    pub(crate) fn load_width(&self, client: &ComputeClient<R>, dtype: FloatKind, stand_in: bool) -> usize {
+        let rows = [&self.q, &self.k, &self.v, &self.d_out];
+        crate::primitives::tile_io::load_width(client, dtype, stand_in, &rows)
+    }
+
     /// Binds the tensors in kernel order, with stand-ins for an absent mask or bias.
     pub(crate) fn into_args(self, client: &ComputeClient<R>) -> GradientArgs<R> {
         let optional = optional_args(client, self.mask, self.bias, self.slopes, &self.q);

@@ -28,7 +28,7 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
-use crate::primitives::tile_io::{HeadView, load_tile};
+use crate::primitives::tile_io::{HeadView, load_rows};
 use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
 
 use core::marker::PhantomData;
@@ -41,24 +41,27 @@ use super::unit_rows::{BlockStep, UnitRole, block_alpha, block_probabilities, fo
 const CMMA_ALIGN: usize = 32;
 
 /// Launches the matrix kernel. The caller (`flash_attention_forward`) has validated the
-/// problem and checked that the device registers the cmma config.
+/// problem, checked that the device registers the cmma config, and found that q, k and v load
+/// in vectors of `width` elements ([`crate::primitives::tile_io::load_width`]).
 pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     client: &ComputeClient<R>,
     args: ForwardArgs<R>,
     params: ScoreParamsLaunch<R>,
     config: MatrixConfig,
     cube_count: CubeCount,
+    width: usize,
 ) {
     let cube_dim = CubeDim::new_2d(config.plane_size, config.num_planes());
     // The tiles' type (the dtype, or f32) and the products' implementation are types.
     macro_rules! launch {
         ($tile:ty, $mma:ty) => {
             // SAFETY: shapes and strides were validated against the problem; global reads are
-            // bounds-checked in the tile loads and global writes against seq_q / val_dim.
+            // bounds-checked in the tile loads (in vectors only where `load_width` found rows
+            // of whole vectors) and global writes against seq_q / val_dim.
             unsafe {
                 flash_attention_forward_matrix_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
-                    client, cube_count, cube_dim, args.q, args.k, args.v, args.mask, args.bias,
-                    args.slopes, args.o, args.lse, params, config,
+                    client, cube_count, cube_dim, width, args.q, args.k, args.v, args.mask,
+                    args.bias, args.slopes, args.o, args.lse, params, config,
                 )
             }
         };
@@ -99,10 +102,10 @@ pub(crate) struct Tiles<T: Float, Mm: TileMma> {
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn flash_attention_forward_matrix_kernel<F: Float, T: Float, M: Int, Mm: TileMma>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
+pub fn flash_attention_forward_matrix_kernel<F: Float, T: Float, M: Int, Mm: TileMma, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
     slopes: &Tensor<f32>,
@@ -111,7 +114,7 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, T: Float, M: Int, Mm: Til
     params: ScoreParams,
     #[comptime] config: MatrixConfig,
 ) {
-    forward_rows::<F, M, MatrixStep<T, Mm>>(q, k, v, mask, bias, slopes, o, lse, params, config);
+    forward_rows::<F, Vector<F, N>, M, MatrixStep<T, Mm>>(q, k, v, mask, bias, slopes, o, lse, params, config);
 }
 
 /// The matrix path's part of [`forward_rows`]: tiles in T, S and P V on `Mm`'s tile products.
@@ -120,12 +123,14 @@ pub(crate) struct MatrixStep<T: Float, Mm: TileMma> {
 }
 
 #[cube]
-impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, Mm> {
+impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>, M>
+    for MatrixStep<T, Mm>
+{
     type Tiles = Tiles<T, Mm>;
     type Config = MatrixConfig;
 
     fn query_tiles(
-        q: &Tensor<F>,
+        q: &Tensor<Vector<F, N>>,
         q_view: &HeadView,
         q_start: u32,
         #[comptime] config: MatrixConfig,
@@ -160,23 +165,25 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
             partial_sum: SharedMemory::new(units as usize),
             o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
         };
-        load_tile::<F, T>(
+        load_rows::<F, T, N>(
             q,
             q_view,
             &mut tiles.q.to_slice_mut(),
             q_start,
             config.block_q,
             config.head_dim,
+            config.head_dim_tile(),
             config.head_stride(),
             units,
+            !config.f32_tiles,
         );
         tiles
     }
 
     #[allow(clippy::too_many_arguments)]
     fn attend(
-        k: &Tensor<F>,
-        v: &Tensor<F>,
+        k: &Tensor<Vector<F, N>>,
+        v: &Tensor<Vector<F, N>>,
         mask: &Tensor<M>,
         bias: &Tensor<F>,
         k_view: &HeadView,
@@ -203,25 +210,30 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma> BlockStep<F, M> for MatrixStep<T, 
         // First row of this plane's 16 query rows.
         let plane_row = UNIT_POS_Y * MATRIX_TILE;
 
-        load_tile::<F, T>(
+        let whole = comptime!(!config.f32_tiles);
+        load_rows::<F, T, N>(
             k,
             k_view,
             &mut tiles.k.to_slice_mut(),
             kv_start,
             bkv,
             config.head_dim,
+            dk,
             dk_stride,
             units,
+            whole,
         );
-        load_tile::<F, T>(
+        load_rows::<F, T, N>(
             v,
             v_view,
             &mut tiles.v.to_slice_mut(),
             kv_start,
             bkv,
             config.val_dim,
+            dv,
             dv_stride,
             units,
+            whole,
         );
         sync_cube();
 

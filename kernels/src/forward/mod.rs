@@ -38,6 +38,7 @@ use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
 use crate::plan::{ForwardPlan, Layout};
 use crate::primitives::score::{ScoreParamsLaunch, score_params};
+use crate::primitives::tile_io::load_width;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
 
 /// The tensors of one forward launch. `o` and `lse` are pre-allocated by the caller and fully
@@ -130,9 +131,17 @@ pub fn flash_attention_forward<R: Runtime>(
         let tiles = if matrix.f32_tiles { FloatKind::F32 } else { problem.dtype };
         check_cmma(client, tiles, matrix.plane_size)?;
     }
+    // The matrix kernel reads q, k, v in 16-byte vectors where it can.
+    let matrix_width = match config {
+        ForwardConfig::Matrix(matrix) => {
+            load_width(client, problem.dtype, matrix.stand_in, &[&tensors.q, &tensors.k, &tensors.v])
+        }
+        _ => 1,
+    };
     let launch = Launch {
         client,
         config,
+        matrix_width,
         params: score_params(problem),
         cube_count: CubeCount::Static(
             problem.seq_q.div_ceil(config.block_q() as usize) as u32,
@@ -163,6 +172,8 @@ pub(crate) struct ForwardArgs<R: Runtime> {
 struct Launch<'a, R: Runtime> {
     client: &'a ComputeClient<R>,
     config: ForwardConfig,
+    /// Elements per global read of the matrix kernel's q, k, v tiles.
+    matrix_width: usize,
     params: ScoreParamsLaunch<R>,
     cube_count: CubeCount,
 }
@@ -194,14 +205,14 @@ impl<R: Runtime> Launch<'_, R> {
             o: tensors.o.into_tensor_arg(),
             lse: tensors.lse.into_tensor_arg(),
         };
-        let (client, params, config, cube_count) =
-            (self.client, self.params, self.config, self.cube_count);
+        let (client, params, config, cube_count, width) =
+            (self.client, self.params, self.config, self.cube_count, self.matrix_width);
         match config {
             ForwardConfig::Portable(config) => {
                 portable::launch::<R, F, M>(client, args, params, config, cube_count)
             }
             ForwardConfig::Matrix(config) => {
-                matrix::launch::<R, F, M>(client, args, params, config, cube_count)
+                matrix::launch::<R, F, M>(client, args, params, config, cube_count, width)
             }
             ForwardConfig::Mma(config) => {
                 mma::launch::<R, F, M>(client, args, params, config, cube_count, MMA_CHUNK as usize)

@@ -80,14 +80,14 @@ pub fn flash_attention_forward_kernel<F: Float, M: Int>(
     params: ScoreParams,
     #[comptime] config: PortableConfig,
 ) {
-    forward_rows::<F, M, PortableStep>(q, k, v, mask, bias, slopes, o, lse, params, config);
+    forward_rows::<F, F, M, PortableStep>(q, k, v, mask, bias, slopes, o, lse, params, config);
 }
 
 /// The portable path's part of [`forward_rows`]: f32 tiles, S in registers, P through shared memory.
 pub(crate) struct PortableStep;
 
 #[cube]
-impl<F: Float, M: Int> BlockStep<F, M> for PortableStep {
+impl<F: Float, M: Int> BlockStep<F, F, M> for PortableStep {
     type Tiles = Tiles;
     type Config = PortableConfig;
 

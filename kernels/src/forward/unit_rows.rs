@@ -199,9 +199,10 @@ pub(crate) fn block_probabilities<P: Float>(
 /// What the portable and matrix forward kernels do differently: their shared-memory tiles
 /// (with the query block staged in them) and the work of one key/value block. The rest, unit
 /// roles, the key/value loop with its unmasked and masked passes, and the output, is
-/// [`forward_rows`].
+/// [`forward_rows`]. `I` is the element q, k and v are read in: `F`, or (the matrix path) a
+/// vector of `F`.
 #[cube]
-pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
+pub(crate) trait BlockStep<F: Float, I: CubePrimitive, M: Int>: 'static + Send + Sync {
     type Tiles: CubeType;
     /// The kernel's configuration: it says how rows split over units ([`SplitsRows`]).
     type Config: SplitsRows;
@@ -209,7 +210,7 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
     /// Declares the tiles and stages query rows `[q_start, q_start + block_q)` in them (no
     /// sync: the first key block's makes them visible).
     fn query_tiles(
-        q: &Tensor<F>,
+        q: &Tensor<I>,
         q_view: &HeadView,
         q_start: u32,
         #[comptime] config: Self::Config,
@@ -221,8 +222,8 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
     /// checks.
     #[allow(clippy::too_many_arguments)]
     fn attend(
-        k: &Tensor<F>,
-        v: &Tensor<F>,
+        k: &Tensor<I>,
+        v: &Tensor<I>,
         mask: &Tensor<M>,
         bias: &Tensor<F>,
         k_view: &HeadView,
@@ -252,10 +253,10 @@ pub(crate) trait BlockStep<F: Float, M: Int>: 'static + Send + Sync {
 /// The body of the portable and matrix forward kernels, `S` doing their own part.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn forward_rows<F: Float, M: Int, S: BlockStep<F, M>>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
+pub(crate) fn forward_rows<F: Float, I: CubePrimitive, M: Int, S: BlockStep<F, I, M>>(
+    q: &Tensor<I>,
+    k: &Tensor<I>,
+    v: &Tensor<I>,
     mask: &Tensor<M>,
     bias: &Tensor<F>,
     slopes: &Tensor<f32>,

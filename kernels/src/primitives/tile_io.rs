@@ -2,7 +2,33 @@
 //!
 //! Global tensors are `[batch, num_heads, seq, dim]` with arbitrary strides (Burn hands over
 //! transposed or broadcast views); a [`HeadView`] addresses one (batch, head) of them.
+//! [`load_rows`] reads rows in 16-byte vectors where the launcher found them laid out for it
+//! ([`load_width`]), and one element at a time otherwise.
 use cubecl::prelude::*;
+
+use crate::plan::rows_in_vectors;
+use crate::problem::FloatKind;
+
+/// Bytes of one vector load of [`load_rows`]: 8 f16/bf16 or 4 f32 elements, the widest a
+/// CUDA or HIP thread reads in one instruction.
+pub const LOAD_BYTES: usize = 16;
+
+/// The vector width (elements) [`load_rows`] reads `tensors` of `dtype` in on `client`: a
+/// [`LOAD_BYTES`] vector where the runtime is CUDA or HIP and every tensor's rows are
+/// contiguous whole vectors ([`rows_in_vectors`]), 1 otherwise (WGPU, whose vectors hold at
+/// most 4 elements and whose shared memory cannot be viewed in other widths; strided or
+/// offset views; the scalar stand-in, `stand_in`, which runs on WGPU).
+pub fn load_width<R: Runtime>(
+    client: &ComputeClient<R>,
+    dtype: FloatKind,
+    stand_in: bool,
+    tensors: &[&TensorBinding<R>],
+) -> usize {
+    let runtime = R::name(client);
+    let width = LOAD_BYTES / dtype.size();
+    let native = runtime.starts_with("cuda") || runtime.starts_with("hip");
+    if native && !stand_in && rows_in_vectors(dtype, width, tensors) { width } else { 1 }
+}
 
 /// One (batch, head) of a rank-4 tensor: element `(row, col)` is at
 /// `base + row * row_stride + col * col_stride`.
@@ -32,7 +58,7 @@ pub fn head_view<E: CubePrimitive>(tensor: &Tensor<E>, batch: u32, head: u32) ->
 /// where garbage could be NaN, and NaN * 0 is still NaN.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub fn load_tile<E: Numeric, S: Numeric>(
+pub fn load_tile<E: CubePrimitive, S: Numeric>(
     tensor: &Tensor<E>,
     view: &HeadView,
     tile: &mut Slice<S, ReadWrite>,
@@ -56,6 +82,85 @@ pub fn load_tile<E: Numeric, S: Numeric>(
         }
         tile[index as usize] = value;
         index += units;
+    }
+}
+
+/// Copies rows `[first_row, first_row + rows)` and columns `[0, cols)` of `view` into `tile`
+/// (`stride` elements per row, the first `dim_tile` of them data: columns `[cols, dim_tile)`
+/// and rows past the tensor are written as 0, as [`load_tile`] does), over `units` units.
+///
+/// With vectors of one element (`N` = 1) this is [`load_tile`]: one element per unit and step,
+/// any strides. Wider (the launcher checked with [`load_width`] that rows are whole vectors),
+/// each unit first loads all of its vectors of the tile into registers, so that they are in
+/// flight together, then stores them: as vectors where the tile has the tensor's type
+/// (`whole`: `stride` and `dim_tile` are multiples of the width), element by element,
+/// converted, where it does not (f32 tiles of bf16 inputs); the row padding past `dim_tile`
+/// is then left as it is (no fragment reads it).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn load_rows<E: Float, S: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    view: &HeadView,
+    tile: &mut Slice<S, ReadWrite>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] cols: u32,
+    #[comptime] dim_tile: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+    #[comptime] whole: bool,
+) {
+    let width = tensor.vector_size();
+    if comptime!(width == 1) {
+        load_tile::<Vector<E, N>, S>(tensor, view, tile, first_row, rows, cols, stride, units);
+    } else {
+        let w = comptime!(width as u32);
+        comptime! {
+            assert!(cols % w == 0 && dim_tile % w == 0, "rows of whole vectors (load_width)");
+        }
+        // Vectors per tile row, and per tensor row.
+        let (row_vectors, data_vectors) = comptime!((dim_tile / w, cols / w));
+        let total = comptime!(rows * row_vectors);
+        let steps = comptime!(total.div_ceil(units));
+        let base = view.base / width;
+        let row_stride = view.row_stride / width;
+        let mut staged = Array::<Vector<E, N>>::new(steps as usize);
+        #[unroll]
+        for i in 0..steps {
+            let index = UNIT_POS + i * units;
+            let row = index / row_vectors;
+            let vector = index % row_vectors;
+            let global_row = first_row + row;
+            let mut value = Vector::<E, N>::zeroed();
+            if index < total && global_row < view.rows && vector < data_vectors {
+                value = tensor[base + global_row as usize * row_stride + vector as usize];
+            }
+            staged[i as usize] = value;
+        }
+        if comptime!(whole) {
+            let mut vectors = tile.into_vectorized().with_vector_size::<N>();
+            #[unroll]
+            for i in 0..steps {
+                let index = UNIT_POS + i * units;
+                if index < total {
+                    let at = (index / row_vectors) * comptime!(stride / w) + index % row_vectors;
+                    vectors[at as usize] = Vector::<S, N>::cast_from(staged[i as usize]);
+                }
+            }
+        } else {
+            #[unroll]
+            for i in 0..steps {
+                let index = UNIT_POS + i * units;
+                if index < total {
+                    let at = (index / row_vectors) * stride + (index % row_vectors) * w;
+                    let value = staged[i as usize];
+                    #[unroll]
+                    for e in 0..w {
+                        tile[(at + e) as usize] = S::cast_from(value[e as usize]);
+                    }
+                }
+            }
+        }
     }
 }
 

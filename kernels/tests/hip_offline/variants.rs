@@ -21,6 +21,7 @@ use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
 use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
 use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
+use burn_flash_attn_kernels::primitives::tile_io::LOAD_BYTES;
 use burn_flash_attn_kernels::forward::portable::flash_attention_forward_kernel::FlashAttentionForwardKernel;
 use burn_flash_attn_kernels::primitives::score::ScoreOptions;
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
@@ -331,6 +332,13 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
     }
 }
 
+/// The width (elements) the matrix kernels read q, k, v, d_out in on gfx942 when their rows
+/// are contiguous, as Burn's tensors are: 16-byte vectors (`tile_io::load_width`). Strided
+/// views take the element-wise loader of the earlier generations instead.
+fn load_width<F: Float>() -> usize {
+    LOAD_BYTES / size_of::<F>()
+}
+
 /// The HIP source of the matrix forward kernel with tiles of type `E`.
 fn matrix_forward<M: MatrixCores, F: Float, E: Float, K: Int>(
     settings: KernelSettings,
@@ -349,6 +357,7 @@ fn matrix_forward<M: MatrixCores, F: Float, E: Float, K: Int>(
         tensor(),
         tensor(),
         score_params(),
+        load_width::<F>(),
         config,
     );
     OfflineHip::<M>::hip_source(kernel, GFX942)
@@ -378,6 +387,7 @@ fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int, D: DqSink>(
             tensor(),
             tensor(),
             score_params(),
+            load_width::<F>(),
             config,
         );
         OfflineHip::<M>::hip_source(kernel, GFX942)
@@ -396,6 +406,7 @@ fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int, D: DqSink>(
             tensor(),
             tensor(),
             score_params(),
+            load_width::<F>(),
             config,
         );
         OfflineHip::<M>::hip_source(kernel, GFX942)

@@ -70,6 +70,7 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
+    let width = inputs.load_width(client, problem.dtype, config.stand_in);
     let a = inputs.into_args(client);
     let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
     let dq_acc = match dq_acc {
@@ -82,11 +83,12 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     macro_rules! launch {
         ($tile:ty, $mma:ty, $sink:ty) => {
             // SAFETY: shapes and strides were validated against the problem; global reads are
-            // bounds-checked in the tile loads, global writes against seq_kv and the dims
+            // bounds-checked in the tile loads (in vectors only where `load_width` found rows
+            // of whole vectors), global writes against seq_kv and the dims
             // (dq_acc: rows against seq_q, columns against head_dim, one-pass configs only).
             unsafe {
                 matrix_dkdv_kernel::launch_unchecked::<F, $tile, M, $mma, $sink, R>(
-                    client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
+                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
                     a.bias, a.slopes, dk, dv, dq_acc, params, config,
                 )
             }
@@ -123,6 +125,7 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
+    let width = inputs.load_width(client, problem.dtype, config.stand_in);
     let a = inputs.into_args(client);
     let dq = dq.into_tensor_arg();
     let params = score_params(problem);
@@ -131,7 +134,7 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
             // SAFETY: as in `launch_dkdv`; writes are checked against seq_q and head_dim.
             unsafe {
                 matrix_dq_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
-                    client, cube_count, cube_dim, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
+                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
                     a.bias, a.slopes, dq, params, config,
                 )
             }
@@ -147,11 +150,11 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_out: &Tensor<F>,
+pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
     lse: &Tensor<f32>,
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
@@ -168,7 +171,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink>(
     let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
     let score_stride = comptime!(config.score_stride());
     let (units, plane_size) = comptime!((config.units(), config.plane_size));
-    let at = place::<F>(q, k);
+    let at = place::<Vector<F, N>>(q, k);
     let kv_start = CUBE_POS_X * bkv;
     // This plane's key rows inside the block, and its 16 columns of each pair's scores.
     let own = UNIT_POS_Y * MATRIX_TILE;
@@ -181,15 +184,15 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink>(
     let d_out_view = head_view(d_out, at.batch, at.head);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
-    stage::<F, E>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
-    stage::<F, E>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
+    stage::<F, E, N>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, false, config);
+    stage::<F, E, N>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, true, config);
 
     // Step 2: the query blocks that see this block (causal: none above the diagonal).
     let span = query_block_span(kv_start, &params, bq, bkv, config.score);
     for q_block in span.start..span.end {
         let q_start = q_block * bq;
-        stage::<F, E>(q, &q_view, &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
-        stage::<F, E>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
+        stage::<F, E, N>(q, &q_view, &mut tiles.q, q_start, bq, false, config);
+        stage::<F, E, N>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, true, config);
         stage_stats(lse, delta, &stats, &mut tiles, q_start, bq, units);
         sync_cube();
 
@@ -229,11 +232,11 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink>(
 
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
-    q: &Tensor<F>,
-    k: &Tensor<F>,
-    v: &Tensor<F>,
-    d_out: &Tensor<F>,
+pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
     lse: &Tensor<f32>,
     delta: &Tensor<f32>,
     mask: &Tensor<M>,
@@ -248,7 +251,7 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
     let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
     let (units, plane_size) = comptime!((config.units(), config.plane_size));
-    let at = place::<F>(q, k);
+    let at = place::<Vector<F, N>>(q, k);
     let q_block = query_block_heaviest_first(config.score.causal);
     let q_start = q_block * bq;
     // This plane's query rows inside the block: its 16-row strip of each pair's scores.
@@ -262,8 +265,8 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
-    stage::<F, E>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, config.head_dim, dk_stride, units);
-    stage::<F, E>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, config.val_dim, dv_stride, units);
+    stage::<F, E, N>(q, &head_view(q, at.batch, at.head), &mut tiles.q, q_start, bq, false, config);
+    stage::<F, E, N>(d_out, &head_view(d_out, at.batch, at.head), &mut tiles.d_out, q_start, bq, true, config);
     stage_stats(lse, delta, &stats, &mut tiles, q_start, bq, units);
 
     // Step 2: the visible key/value blocks, unmasked pass first; a partial query block takes the
@@ -271,8 +274,8 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma>(
     let range = kv_block_range_full_rows(q_block, &params, bq, bkv, config.score);
     for kv_block in range.start..range.end {
         let kv_start = kv_block * bkv;
-        stage::<F, E>(k, &k_view, &mut tiles.k, kv_start, bkv, config.head_dim, dk_stride, units);
-        stage::<F, E>(v, &v_view, &mut tiles.v, kv_start, bkv, config.val_dim, dv_stride, units);
+        stage::<F, E, N>(k, &k_view, &mut tiles.k, kv_start, bkv, false, config);
+        stage::<F, E, N>(v, &v_view, &mut tiles.v, kv_start, bkv, true, config);
         sync_cube();
 
         // S and dP of this plane's row strip, one 16x16 tile per 16 keys.

@@ -7,7 +7,7 @@ use crate::backward::block_pair::entry_p_and_ds;
 use crate::backward::config::MatrixGradientConfig;
 use crate::config::MATRIX_TILE;
 use crate::primitives::score::{ScoreParams, ScoreTensors, is_masked_logit, score};
-use crate::primitives::tile_io::{HeadView, StatView, load_tile, view_row_stat};
+use crate::primitives::tile_io::{HeadView, StatView, load_rows, view_row_stat};
 use crate::primitives::tile_mma::{TileLayout, TileMma};
 
 /// Bytes of alignment of every tile a fragment is loaded from or stored to (wmma needs
@@ -72,7 +72,7 @@ pub(super) struct Place {
 }
 
 #[cube]
-pub(super) fn place<F: Float>(q: &Tensor<F>, k: &Tensor<F>) -> Place {
+pub(super) fn place<I: CubePrimitive>(q: &Tensor<I>, k: &Tensor<I>) -> Place {
     let heads = q.shape(1) as u32;
     let head = CUBE_POS_Y % heads;
     Place {
@@ -253,20 +253,36 @@ pub(super) fn strip_gradients<F: Float, E: Float, M: Int>(
 }
 
 /// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile` (converted
-/// to the tiles' type `E`), padded.
+/// to the tiles' type `E`), padded: a head_dim-wide tensor (q, k), or with `values` a
+/// val_dim-wide one (v, d_out). In vectors of `N` elements where the launcher found rows of
+/// whole vectors ([`load_rows`]).
 #[cube]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn stage<F: Float, E: Float>(
-    tensor: &Tensor<F>,
+pub(super) fn stage<F: Float, E: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
     view: &HeadView,
     tile: &mut SharedMemory<E>,
     start: u32,
     #[comptime] rows: u32,
-    #[comptime] dim: u32,
-    #[comptime] dim_tile: u32,
-    #[comptime] units: u32,
+    #[comptime] values: bool,
+    #[comptime] config: MatrixGradientConfig,
 ) {
-    load_tile::<F, E>(tensor, view, &mut tile.to_slice_mut(), start, rows, dim, dim_tile, units);
+    let (dim, dim_tile, stride) = comptime!(if values {
+        (config.val_dim, config.val_dim_tile(), config.val_stride())
+    } else {
+        (config.head_dim, config.head_dim_tile(), config.head_stride())
+    });
+    load_rows::<F, E, N>(
+        tensor,
+        view,
+        &mut tile.to_slice_mut(),
+        start,
+        rows,
+        dim,
+        dim_tile,
+        stride,
+        config.units(),
+        !config.f32_tiles,
+    );
 }
 
 /// Loads the lse and delta of query rows `[q_start, q_start + rows)` (0 past seq_q), through
