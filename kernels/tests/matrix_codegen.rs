@@ -7,14 +7,20 @@
 //! `FLASH_DUMP_DIR=dir` writes the sources there (e.g. to compile them with nvcc).
 mod support;
 
+use burn_flash_attn_kernels::backward::config::{GradientConfig, MatrixGradientConfig};
+use burn_flash_attn_kernels::backward::dq_sink::{AtomicDq, NoDq};
+use burn_flash_attn_kernels::backward::matrix::matrix_dkdv_kernel::MatrixDkdvKernel;
+use burn_flash_attn_kernels::backward::matrix::matrix_dq_kernel::MatrixDqKernel;
+use burn_flash_attn_kernels::backward::{BackwardKernel, BackwardPath};
 use burn_flash_attn_kernels::config::{ForwardConfig, ForwardPath, MatrixConfig};
+use burn_flash_attn_kernels::plan::{self, DeviceCaps, DqAccumulation, Layout};
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, MaskKind};
 use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
 use cubecl::prelude::*;
 use burn_flash_attn_kernels::primitives::tile_io::LOAD_BYTES;
 use support::cuda_codegen::{cuda_source, dump, settings};
-use support::kernel_args::score_params;
+use support::kernel_args::{score_params, tensor};
 use support::{planning, problem};
 
 /// The CUDA source of the matrix forward for `config`, reading q, k, v in vectors of `width`.
@@ -103,6 +109,101 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
                 config.shared_memory_bytes(),
                 "{case:?}: planner's shared memory estimate"
             );
+        }
+    }
+}
+
+/// The CUDA source of a matrix gradient kernel for `config` (dQ of the dK/dV kernel to atomic
+/// adds where the config says so, u32 mask), reading q, k, v, d_out in vectors of `width`.
+fn gradient_source<F: Float>(
+    client: &support::Client,
+    config: MatrixGradientConfig,
+    width: usize,
+) -> String {
+    let settings = settings(CubeDim::new_2d(config.plane_size, config.planes()));
+    match (config.kernel, config.atomic_dq, config.f32_tiles) {
+        (BackwardKernel::KeyValue, atomic, f32_tiles) => {
+            macro_rules! dkdv {
+                ($tile:ty, $sink:ty) => {
+                    cuda_source(MatrixDkdvKernel::<F, $tile, u32, Cmma, $sink, support::TestRuntime>::new(
+                        settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
+                        tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(),
+                        score_params(), width, config,
+                    ))
+                    .0
+                };
+            }
+            match (atomic, f32_tiles) {
+                (false, false) => dkdv!(F, NoDq),
+                (true, false) => dkdv!(F, AtomicDq),
+                (false, true) => dkdv!(f32, NoDq),
+                (true, true) => dkdv!(f32, AtomicDq),
+            }
+        }
+        (BackwardKernel::Query, _, false) => {
+            cuda_source(MatrixDqKernel::<F, F, u32, Cmma, support::TestRuntime>::new(
+                settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
+                tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
+            ))
+            .0
+        }
+        (BackwardKernel::Query, _, true) => {
+            cuda_source(MatrixDqKernel::<F, f32, u32, Cmma, support::TestRuntime>::new(
+                settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
+                tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
+            ))
+            .0
+        }
+    }
+}
+
+/// Where q, k, v (and d_out) rows are whole 16-byte vectors, the matrix kernels take them as
+/// vectors (`__nv_bfloat16_8` arguments, one load per vector) and store them into tiles of
+/// their own type as vectors; into f32 tiles they go element by element, converted. With a
+/// width of 1 (WGPU, strided views) no vector type appears at all.
+#[test]
+fn matrix_kernels_read_rows_in_vectors_where_they_are_whole() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let vector = "__nv_bfloat16_8";
+    let vector_store = format!("reinterpret_cast< {vector}*>(shared_memory");
+    for head_dim in [64, 128] {
+        let case = problem(FloatKind::BF16, head_dim, head_dim, 203, 203);
+        let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix)).expect("planned");
+        let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+        for width in [8, 1] {
+            let (source, _) = matrix_source::<half::bf16, u32>(&client, config, width);
+            assert_eq!(source.contains(&format!("const {vector}* __restrict__")), width == 8);
+            assert_eq!(source.contains(&vector_store), width == 8, "forward, width {width}");
+        }
+        for (f32_tiles, dq) in [(false, DqAccumulation::Atomic), (false, DqAccumulation::Kernel), (true, DqAccumulation::Kernel)] {
+            let tuning = planning::tuning()
+                .with_backward_path(Some(BackwardPath::Matrix))
+                .with_backward_dq(Some(dq));
+            for kernel in [BackwardKernel::KeyValue, BackwardKernel::Query] {
+                let plan = plan::backward::gradient(&caps, &case, Layout::CHUNKED, &tuning, kernel);
+                let GradientConfig::Matrix(planned) = plan.expect("planned").config else {
+                    panic!("{case:?} {kernel:?}: not the matrix path")
+                };
+                // The f32 tiles of gfx942 (the CUDA planner keeps bf16 tiles): the same blocks
+                // fit an H200 with room to spare.
+                let config = if f32_tiles {
+                    MatrixGradientConfig { f32_tiles, elem_bytes: 4, ..planned }
+                } else {
+                    planned
+                };
+                for width in [8, 1] {
+                    let source = gradient_source::<half::bf16>(&client, config, width);
+                    dump(&format!("matrix_grad_{kernel:?}_f32t{f32_tiles}_{dq:?}_hd{head_dim}_w{width}.cu"), &source);
+                    let what = format!("{kernel:?}, f32 tiles {f32_tiles}, {dq:?}, width {width}");
+                    assert!(source.contains("mma_sync"), "{what}: no wmma");
+                    let args = source.matches(&format!("const {vector}* __restrict__")).count();
+                    assert_eq!(args, if width == 8 { 4 } else { 0 }, "{what}: vector arguments");
+                    let stores = source.contains(&vector_store);
+                    assert_eq!(stores, width == 8 && !f32_tiles, "{what}: vector stores");
+                }
+            }
         }
     }
 }
