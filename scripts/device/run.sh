@@ -6,7 +6,7 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
-#         | rolled | rolled-compile | staged | staged-compile | base
+#         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
@@ -276,6 +276,30 @@ for s in "$@"; do
           grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy)"' \
             "$OUT/ncu-$run.csv" | cut -d, -f5,12- | head -12
           rm -f "$OUT/ncu-$run.ncu-rep"
+        done
+      fi ;;
+    ncu-matrix)
+      # Nsight Compute on one launch of the matrix forward and one of the matrix dK/dV kernel
+      # (the one pass: dQ by atomic adds), both paths forced, at NCU_SHAPE: sections as CSV in
+      # $OUT/ncu-matrix-{forward,dkdv}.csv (benches/RESULTS.md reads instruction mix, stalls,
+      # occupancy and issue from them).
+      ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+        2>/dev/null | head -n 1)
+      if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
+        for run in forward dkdv; do
+          kernel=$([ $run = forward ] && echo forward_matrix || echo matrix_dkdv)
+          start=$SECONDS
+          BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix timeout "${NCU_TIMEOUT:-150}" \
+            "$ncu" --clock-control none --kernel-name regex:$kernel --launch-skip 2 \
+            --launch-count 1 --set full --import-source no -f -o "$OUT/ncu-matrix-$run" \
+            "$BIN/attention" speed --flash-only "--shape=${NCU_SHAPE:-16,16,2048,64}" \
+            > "$OUT/ncu-matrix-$run.log" 2>&1
+          echo "== ncu matrix $run: exit $?, $((SECONDS - start)) s"
+          "$ncu" --import "$OUT/ncu-matrix-$run.ncu-rep" --page details --csv \
+            > "$OUT/ncu-matrix-$run.csv" 2>&1
+          grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Instructions)"' \
+            "$OUT/ncu-matrix-$run.csv" | cut -d, -f5,12- | head -12
+          rm -f "$OUT/ncu-matrix-$run.ncu-rep"
         done
       fi ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
