@@ -21,7 +21,7 @@ use cubecl::prelude::*;
 use burn_flash_attn_kernels::primitives::tile_io::LOAD_BYTES;
 use support::cuda_codegen::{cuda_source, dump, settings};
 use support::kernel_args::{score_params, tensor};
-use support::{planning, problem};
+use support::{TestRuntime, planning, problem};
 
 /// The CUDA source of the matrix forward for `config`, reading q, k, v in vectors of `width`.
 fn matrix_source<F: Float, M: Int>(
@@ -125,7 +125,7 @@ fn gradient_source<F: Float>(
         (BackwardKernel::KeyValue, atomic, f32_tiles) => {
             macro_rules! dkdv {
                 ($tile:ty, $sink:ty) => {
-                    cuda_source(MatrixDkdvKernel::<F, $tile, u32, Cmma, $sink, support::TestRuntime>::new(
+                    cuda_source(MatrixDkdvKernel::<F, $tile, u32, Cmma, $sink, TestRuntime>::new(
                         settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
                         tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(),
                         score_params(), width, config,
@@ -141,14 +141,14 @@ fn gradient_source<F: Float>(
             }
         }
         (BackwardKernel::Query, _, false) => {
-            cuda_source(MatrixDqKernel::<F, F, u32, Cmma, support::TestRuntime>::new(
+            cuda_source(MatrixDqKernel::<F, F, u32, Cmma, TestRuntime>::new(
                 settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
                 tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
             ))
             .0
         }
         (BackwardKernel::Query, _, true) => {
-            cuda_source(MatrixDqKernel::<F, f32, u32, Cmma, support::TestRuntime>::new(
+            cuda_source(MatrixDqKernel::<F, f32, u32, Cmma, TestRuntime>::new(
                 settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
                 tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
             ))
@@ -170,14 +170,16 @@ fn matrix_kernels_read_rows_in_vectors_where_they_are_whole() {
     let vector_store = format!("reinterpret_cast< {vector}*>(shared_memory");
     for head_dim in [64, 128] {
         let case = problem(FloatKind::BF16, head_dim, head_dim, 203, 203);
-        let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix)).expect("planned");
-        let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+        let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix));
+        let ForwardConfig::Matrix(config) = plan.expect("planned").config else { panic!() };
         for width in [8, 1] {
             let (source, _) = matrix_source::<half::bf16, u32>(&client, config, width);
             assert_eq!(source.contains(&format!("const {vector}* __restrict__")), width == 8);
             assert_eq!(source.contains(&vector_store), width == 8, "forward, width {width}");
         }
-        for (f32_tiles, dq) in [(false, DqAccumulation::Atomic), (false, DqAccumulation::Kernel), (true, DqAccumulation::Kernel)] {
+        let (atomic, kernel) = (DqAccumulation::Atomic, DqAccumulation::Kernel);
+        let runs = [(false, atomic), (false, kernel), (true, kernel)];
+        for (f32_tiles, dq) in runs {
             let tuning = planning::tuning()
                 .with_backward_path(Some(BackwardPath::Matrix))
                 .with_backward_dq(Some(dq));
@@ -195,7 +197,8 @@ fn matrix_kernels_read_rows_in_vectors_where_they_are_whole() {
                 };
                 for width in [8, 1] {
                     let source = gradient_source::<half::bf16>(&client, config, width);
-                    dump(&format!("matrix_grad_{kernel:?}_f32t{f32_tiles}_{dq:?}_hd{head_dim}_w{width}.cu"), &source);
+                    let name = format!("matrix_{kernel:?}_{f32_tiles}_{dq:?}_hd{head_dim}_w{width}");
+                    dump(&format!("{name}.cu"), &source);
                     let what = format!("{kernel:?}, f32 tiles {f32_tiles}, {dq:?}, width {width}");
                     assert!(source.contains("mma_sync"), "{what}: no wmma");
                     let args = source.matches(&format!("const {vector}* __restrict__")).count();

@@ -197,7 +197,12 @@ pub(crate) struct GradientArgs<R: Runtime> {
 impl<R: Runtime> GradientInputs<R> {
     /// Elements per global read of q, k, v and d_out in the matrix kernels
     /// ([`crate::primitives::tile_io::load_width`]).
-    pub(crate) fn load_width(&self, client: &ComputeClient<R>, dtype: FloatKind, stand_in: bool) -> usize {
+    pub(crate) fn load_width(
+        &self,
+        client: &ComputeClient<R>,
+        dtype: FloatKind,
+        stand_in: bool,
+    ) -> usize {
         let rows = [&self.q, &self.k, &self.v, &self.d_out];
         crate::primitives::tile_io::load_width(client, dtype, stand_in, &rows)
     }

@@ -114,7 +114,9 @@ pub fn flash_attention_forward_matrix_kernel<F: Float, T: Float, M: Int, Mm: Til
     params: ScoreParams,
     #[comptime] config: MatrixConfig,
 ) {
-    forward_rows::<F, Vector<F, N>, M, MatrixStep<T, Mm>>(q, k, v, mask, bias, slopes, o, lse, params, config);
+    forward_rows::<F, Vector<F, N>, M, MatrixStep<T, Mm>>(
+        q, k, v, mask, bias, slopes, o, lse, params, config,
+    );
 }
 
 /// The matrix path's part of [`forward_rows`]: tiles in T, S and P V on `Mm`'s tile products.

@@ -134,7 +134,8 @@ pub fn flash_attention_forward<R: Runtime>(
     // The matrix kernel reads q, k, v in 16-byte vectors where it can.
     let matrix_width = match config {
         ForwardConfig::Matrix(matrix) => {
-            load_width(client, problem.dtype, matrix.stand_in, &[&tensors.q, &tensors.k, &tensors.v])
+            let rows = [&tensors.q, &tensors.k, &tensors.v];
+            load_width(client, problem.dtype, matrix.stand_in, &rows)
         }
         _ => 1,
     };

@@ -333,10 +333,12 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
 }
 
 /// The width (elements) the matrix kernels read q, k, v, d_out in on gfx942 when their rows
-/// are contiguous, as Burn's tensors are: 16-byte vectors (`tile_io::load_width`). Strided
-/// views take the element-wise loader of the earlier generations instead.
-fn load_width<F: Float>() -> usize {
-    LOAD_BYTES / size_of::<F>()
+/// are contiguous, as Burn's tensors are (`tile_io::load_width`): 16-byte vectors where both
+/// dims are whole vectors, element by element otherwise (as strided views always are).
+fn load_width<F: Float>(head_dim: u32, val_dim: u32) -> usize {
+    let width = LOAD_BYTES / size_of::<F>();
+    let whole = head_dim as usize % width == 0 && val_dim as usize % width == 0;
+    if whole { width } else { 1 }
 }
 
 /// The HIP source of the matrix forward kernel with tiles of type `E`.
@@ -357,7 +359,7 @@ fn matrix_forward<M: MatrixCores, F: Float, E: Float, K: Int>(
         tensor(),
         tensor(),
         score_params(),
-        load_width::<F>(),
+        load_width::<F>(config.head_dim, config.val_dim),
         config,
     );
     OfflineHip::<M>::hip_source(kernel, GFX942)
@@ -387,7 +389,7 @@ fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int, D: DqSink>(
             tensor(),
             tensor(),
             score_params(),
-            load_width::<F>(),
+            load_width::<F>(config.head_dim, config.val_dim),
             config,
         );
         OfflineHip::<M>::hip_source(kernel, GFX942)
@@ -406,7 +408,7 @@ fn matrix_backward<M: MatrixCores, F: Float, E: Float, K: Int, D: DqSink>(
             tensor(),
             tensor(),
             score_params(),
-            load_width::<F>(),
+            load_width::<F>(config.head_dim, config.val_dim),
             config,
         );
         OfflineHip::<M>::hip_source(kernel, GFX942)
