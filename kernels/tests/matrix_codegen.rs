@@ -75,7 +75,7 @@ fn matrix_path_expands_to_cuda_for_h200_configs() {
         };
         // Rows of whole 16-byte vectors (Burn's contiguous tensors, where the dims allow) and
         // element-wise reads.
-        let whole = |w: &usize| case.head_dim % w == 0 && case.val_dim % w == 0;
+        let whole = |w: &usize| case.head_dim.is_multiple_of(*w) && case.val_dim.is_multiple_of(*w);
         for width in [LOAD_BYTES / case.dtype.size(), 1].into_iter().filter(whole) {
             let (source, shared) = match (case.dtype, case.mask) {
                 (FloatKind::F16, Some(MaskKind::U8)) => {
@@ -197,7 +197,7 @@ fn matrix_kernels_read_rows_in_vectors_where_they_are_whole() {
                 };
                 for width in [8, 1] {
                     let source = gradient_source::<half::bf16>(&client, config, width);
-                    let name = format!("matrix_{kernel:?}_{f32_tiles}_{dq:?}_hd{head_dim}_w{width}");
+                    let name = format!("matrix_{kernel:?}_{f32_tiles}_{dq:?}_{head_dim}_w{width}");
                     dump(&format!("{name}.cu"), &source);
                     let what = format!("{kernel:?}, f32 tiles {f32_tiles}, {dq:?}, width {width}");
                     assert!(source.contains("mma_sync"), "{what}: no wmma");

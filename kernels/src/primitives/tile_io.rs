@@ -116,7 +116,7 @@ pub fn load_rows<E: Float, S: Float, N: Size>(
     } else {
         let w = comptime!(width as u32);
         comptime! {
-            assert!(cols % w == 0 && dim_tile % w == 0, "rows of whole vectors (load_width)");
+            assert!(cols.is_multiple_of(w) && dim_tile.is_multiple_of(w), "rows of whole vectors");
         }
         // Vectors per tile row, and per tensor row.
         let (row_vectors, data_vectors) = comptime!((dim_tile / w, cols / w));

@@ -337,7 +337,7 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
 /// dims are whole vectors, element by element otherwise (as strided views always are).
 fn load_width<F: Float>(head_dim: u32, val_dim: u32) -> usize {
     let width = LOAD_BYTES / size_of::<F>();
-    let whole = head_dim as usize % width == 0 && val_dim as usize % width == 0;
+    let whole = [head_dim, val_dim].iter().all(|&dim| (dim as usize).is_multiple_of(width));
     if whole { width } else { 1 }
 }
 
