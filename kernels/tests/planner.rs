@@ -430,3 +430,32 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
         }
     }
 }
+
+#[test]
+fn matrix_plans_read_in_vectors_only_where_the_tuning_asks() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let caps_of = |props: &DeviceProperties, runtime: &'static str| (props.clone(), runtime);
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [caps_of(&h200, planning::SIMULATED), caps_of(&mi300x, "hip")] {
+        let caps = DeviceCaps::new(&props, runtime);
+        for vectors in [false, true] {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_backward_path(Some(BackwardPath::Matrix))
+                .with_matrix_vector_loads(vectors);
+            let case = problem(FloatKind::F16, 64);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            assert_eq!(config.vector_loads, vectors, "{runtime}: forward");
+            let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+            let backward = backward.expect("planned");
+            for gradient in [&backward.dkdv, &backward.dq] {
+                let GradientConfig::Matrix(config) = gradient.config else { panic!("{gradient}") };
+                assert_eq!(config.vector_loads, vectors, "{runtime}: {gradient}");
+            }
+        }
+    }
+}

@@ -201,10 +201,10 @@ impl<R: Runtime> GradientInputs<R> {
         &self,
         client: &ComputeClient<R>,
         dtype: FloatKind,
-        stand_in: bool,
+        allowed: bool,
     ) -> usize {
         let rows = [&self.q, &self.k, &self.v, &self.d_out];
-        crate::primitives::tile_io::load_width(client, dtype, stand_in, &rows)
+        crate::primitives::tile_io::load_width(client, dtype, allowed, &rows)
     }
 
     /// Binds the tensors in kernel order, with stand-ins for an absent mask or bias.

@@ -34,6 +34,9 @@ pub struct MatrixConfig {
     /// 16 bytes of padding after every tile row ([`Self::head_stride`]); the planner drops it
     /// where the padded tiles do not fit (head dim 128 in an MI300X's 64 KiB).
     pub padded: bool,
+    /// The launcher may read q, k, v in 16-byte vectors where the rows allow
+    /// ([`crate::primitives::tile_io::load_width`]); from [`crate::plan::Tuning::matrix_vector_loads`].
+    pub vector_loads: bool,
 }
 
 impl MatrixConfig {

@@ -297,6 +297,7 @@ pub fn gradient(
             (true, true) => GradientChoice::Forced,
             (false, true) => GradientChoice::Cmma,
         };
+        let config = MatrixGradientConfig { vector_loads: tuning.matrix_vector_loads, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))

@@ -225,7 +225,10 @@ pub fn forward(
             (ForwardConfig::Mma(config), choice, blocks)
         }
         ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
-            (Ok(config), _) => (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting),
+            (Ok(config), _) => {
+                let config = MatrixConfig { vector_loads: tuning.matrix_vector_loads, ..config };
+                (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
+            }
             (Err(error), Some(_)) => return Err(error),
             // The matrix tiles need more shared memory (e.g. head_dim 256 in MI300's 64 KiB):
             // the portable path, whose f32 tiles are smaller, still runs the problem.
@@ -349,6 +352,7 @@ fn matrix_config(
             quiet_softmax: problem.quiet_softmax,
             score: problem.score_options(),
             padded,
+            vector_loads: false,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

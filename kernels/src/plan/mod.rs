@@ -110,6 +110,12 @@ pub struct Tuning {
     /// Tests: with [`Tuning::matrix_stand_in`], stage the matrix backward's tiles in f32 (the
     /// inputs converted), as gfx942 does for bf16.
     pub matrix_f32_tiles: bool,
+    /// Whether the matrix kernels (forward and gradients) read q, k, v and d_out in 16-byte
+    /// vectors where the runtime and the rows allow ([`crate::primitives::tile_io::load_width`]:
+    /// CUDA and HIP, rows of whole vectors) instead of element by element. Off by default until
+    /// the vector staging has run on a GPU (benches/RESULTS.md says where it stands); the
+    /// offline CUDA and gfx942 compiles cover both.
+    pub matrix_vector_loads: bool,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -165,6 +171,11 @@ impl Tuning {
 
     pub fn with_matrix_stand_in(mut self, stand_in: bool) -> Self {
         self.matrix_stand_in = stand_in;
+        self
+    }
+
+    pub fn with_matrix_vector_loads(mut self, vector_loads: bool) -> Self {
+        self.matrix_vector_loads = vector_loads;
         self
     }
 

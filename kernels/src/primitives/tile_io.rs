@@ -14,20 +14,20 @@ use crate::problem::FloatKind;
 pub const LOAD_BYTES: usize = 16;
 
 /// The vector width (elements) [`load_rows`] reads `tensors` of `dtype` in on `client`: a
-/// [`LOAD_BYTES`] vector where the runtime is CUDA or HIP and every tensor's rows are
-/// contiguous whole vectors ([`rows_in_vectors`]), 1 otherwise (WGPU, whose vectors hold at
-/// most 4 elements and whose shared memory cannot be viewed in other widths; strided or
-/// offset views; the scalar stand-in, `stand_in`, which runs on WGPU).
+/// [`LOAD_BYTES`] vector where the plan `allowed` it, the runtime is CUDA or HIP and every
+/// tensor's rows are contiguous whole vectors ([`rows_in_vectors`]); 1 otherwise (WGPU, whose
+/// vectors hold at most 4 elements and whose shared memory cannot be viewed in other widths;
+/// strided or offset views; the scalar stand-in, which runs on WGPU, is never allowed).
 pub fn load_width<R: Runtime>(
     client: &ComputeClient<R>,
     dtype: FloatKind,
-    stand_in: bool,
+    allowed: bool,
     tensors: &[&TensorBinding<R>],
 ) -> usize {
     let runtime = R::name(client);
     let width = LOAD_BYTES / dtype.size();
     let native = runtime.starts_with("cuda") || runtime.starts_with("hip");
-    if native && !stand_in && rows_in_vectors(dtype, width, tensors) { width } else { 1 }
+    if allowed && native && rows_in_vectors(dtype, width, tensors) { width } else { 1 }
 }
 
 /// One (batch, head) of a rank-4 tensor: element `(row, col)` is at

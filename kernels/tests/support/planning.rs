@@ -29,7 +29,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_DQ_WIDTH` (1, 2 or 4); the gradient kernels' path of `BURN_FLASH_BWD_PATH`
 /// (`portable`, `mma` or `matrix`: a preference, see `Tuning::backward_path`) and, with
 /// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
-/// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles; the
+/// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles, with
+/// `BURN_FLASH_MATRIX_VECTORS=true` reading their inputs in 16-byte vectors where they can; the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -41,6 +42,10 @@ pub fn tuning() -> Tuning {
     });
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
     let f32_tiles = std::env::var("BURN_FLASH_MATRIX_F32_TILES").is_ok_and(|value| value == "1");
+    let vectors = std::env::var("BURN_FLASH_MATRIX_VECTORS").is_ok_and(|value| match value.parse() {
+        Ok(vectors) => vectors,
+        Err(error) => panic!("BURN_FLASH_MATRIX_VECTORS: {error}"),
+    });
     let forward_path = std::env::var("BURN_FLASH_FWD_PATH").ok().map(|value| match value.parse() {
         Ok(path) => path,
         Err(error) => panic!("BURN_FLASH_FWD_PATH: {error}"),
@@ -71,6 +76,7 @@ pub fn tuning() -> Tuning {
         .with_backward_path(path)
         .with_matrix_stand_in(stand_in)
         .with_matrix_f32_tiles(f32_tiles)
+        .with_matrix_vector_loads(vectors)
         .with_forward_path(forward_path)
 }
 

@@ -39,6 +39,9 @@ pub struct MatrixGradientConfig {
     pub atomic_dq: bool,
     /// f32 per atomic add request (1, 2 or 4) with `atomic_dq`; head_dim is a multiple of it.
     pub dq_width: u32,
+    /// The launcher may read q, k, v, d_out in 16-byte vectors where the rows allow
+    /// ([`crate::primitives::tile_io::load_width`]); from [`crate::plan::Tuning::matrix_vector_loads`].
+    pub vector_loads: bool,
 }
 
 impl MatrixGradientConfig {

@@ -70,7 +70,7 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
-    let width = inputs.load_width(client, problem.dtype, config.stand_in);
+    let width = inputs.load_width(client, problem.dtype, config.vector_loads && !config.stand_in);
     let a = inputs.into_args(client);
     let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
     let dq_acc = match dq_acc {
@@ -125,7 +125,7 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
-    let width = inputs.load_width(client, problem.dtype, config.stand_in);
+    let width = inputs.load_width(client, problem.dtype, config.vector_loads && !config.stand_in);
     let a = inputs.into_args(client);
     let dq = dq.into_tensor_arg();
     let params = score_params(problem);

@@ -49,6 +49,8 @@ pub(super) fn matrix_config(
                 // The one pass is chosen after the blocks (`super::backward`).
                 atomic_dq: false,
                 dq_width: 1,
+                // Set from the tuning by the caller.
+                vector_loads: false,
             }
         })
         .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
