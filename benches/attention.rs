@@ -300,9 +300,7 @@ fn main() {
         .with_backward_path(parsed_arg(&args, "bwd-path", "BURN_FLASH_BWD_PATH"))
         .with_rolled_steps(parsed_arg(&args, "rolled", "BURN_FLASH_ROLLED"))
         .with_async_copy(parsed_arg(&args, "async", "BURN_FLASH_ASYNC"))
-        .with_matrix_vector_loads(
-            parsed_arg(&args, "matrix-vectors", "BURN_FLASH_MATRIX_VECTORS").unwrap_or(false),
-        );
+        .with_matrix_vector_loads(parsed_arg(&args, "matrix-vectors", "BURN_FLASH_MATRIX_VECTORS"));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }

@@ -24,7 +24,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     backward_path: None,
     matrix_stand_in: false,
     matrix_f32_tiles: false,
-    matrix_vector_loads: false,
+    matrix_vector_loads: None,
     rolled_steps: None,
     async_copy: None,
 });

@@ -432,7 +432,7 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
 }
 
 #[test]
-fn matrix_plans_read_in_vectors_only_where_the_tuning_asks() {
+fn matrix_plans_read_in_vectors_unless_the_tuning_turns_it_off() {
     use burn_flash_attn_kernels::backward::BackwardPath;
     use burn_flash_attn_kernels::backward::config::GradientConfig;
     use burn_flash_attn_kernels::plan;
@@ -441,11 +441,11 @@ fn matrix_plans_read_in_vectors_only_where_the_tuning_asks() {
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     for (props, runtime) in [caps_of(&h200, planning::SIMULATED), caps_of(&mi300x, "hip")] {
         let caps = DeviceCaps::new(&props, runtime);
-        for vectors in [false, true] {
+        for (asked, vectors) in [(None, true), (Some(false), false), (Some(true), true)] {
             let tuning = Tuning::default()
                 .with_forward_path(Some(ForwardPath::Matrix))
                 .with_backward_path(Some(BackwardPath::Matrix))
-                .with_matrix_vector_loads(vectors);
+                .with_matrix_vector_loads(asked);
             let case = problem(FloatKind::F16, 64);
             let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
             let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };

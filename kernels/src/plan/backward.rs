@@ -297,7 +297,8 @@ pub fn gradient(
             (true, true) => GradientChoice::Forced,
             (false, true) => GradientChoice::Cmma,
         };
-        let config = MatrixGradientConfig { vector_loads: tuning.matrix_vector_loads, ..config };
+        let vector_loads = tuning.matrix_vector_loads.unwrap_or(super::MATRIX_VECTOR_LOADS);
+        let config = MatrixGradientConfig { vector_loads, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))

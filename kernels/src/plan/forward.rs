@@ -11,7 +11,7 @@ use crate::problem::{AttentionProblem, FloatKind};
 
 use super::device::DeviceCaps;
 use super::mma_blocks;
-use super::{Layout, Tuning};
+use super::{Layout, MATRIX_VECTOR_LOADS, Tuning};
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
 /// columns, few enough that the per-row reductions through shared memory stay short.
@@ -226,7 +226,8 @@ pub fn forward(
         }
         ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
             (Ok(config), _) => {
-                let config = MatrixConfig { vector_loads: tuning.matrix_vector_loads, ..config };
+                let vector_loads = tuning.matrix_vector_loads.unwrap_or(MATRIX_VECTOR_LOADS);
+                let config = MatrixConfig { vector_loads, ..config };
                 (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
             }
             (Err(error), Some(_)) => return Err(error),

@@ -112,10 +112,9 @@ pub struct Tuning {
     pub matrix_f32_tiles: bool,
     /// Whether the matrix kernels (forward and gradients) read q, k, v and d_out in 16-byte
     /// vectors where the runtime and the rows allow ([`crate::primitives::tile_io::load_width`]:
-    /// CUDA and HIP, rows of whole vectors) instead of element by element. Off by default until
-    /// the vector staging has run on a GPU (benches/RESULTS.md says where it stands); the
-    /// offline CUDA and gfx942 compiles cover both.
-    pub matrix_vector_loads: bool,
+    /// CUDA and HIP, rows of whole vectors) instead of element by element; `None`:
+    /// [`MATRIX_VECTOR_LOADS`].
+    pub matrix_vector_loads: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -174,7 +173,7 @@ impl Tuning {
         self
     }
 
-    pub fn with_matrix_vector_loads(mut self, vector_loads: bool) -> Self {
+    pub fn with_matrix_vector_loads(mut self, vector_loads: Option<bool>) -> Self {
         self.matrix_vector_loads = vector_loads;
         self
     }
@@ -238,6 +237,12 @@ impl Tuning {
 /// 5.4 + 9.0 against 5.7 + 10.3; no gain at 64). A training run compiles once and runs for
 /// hours: the speed wins; `rolled_steps = Some(true)` is there for short runs and tests.
 pub const ROLLED_STEPS: bool = false;
+
+/// Whether the matrix kernels read their inputs in 16-byte vectors where they can
+/// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,
+/// 2026-12-06) it ran the matrix forward 1.75-2.2x and forward + backward 1.45-1.7x faster than
+/// element-wise staging, the forward suite passing on it whole.
+pub const MATRIX_VECTOR_LOADS: bool = true;
 
 /// The one-pass backward's f32 per dQ atomic request, widest first
 /// ([`Tuning::backward_dq_width`], [`crate::backward::dq_sink`]).

@@ -332,11 +332,10 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
     }
 }
 
-/// The width (elements) the matrix kernels read q, k, v, d_out in on gfx942 with
-/// `Tuning::matrix_vector_loads` when their rows are contiguous, as Burn's tensors are
-/// (`tile_io::load_width`): 16-byte vectors where both dims are whole vectors. The ladder
-/// compiles the vector staging (the new code, off by default until it has run on a GPU); the
-/// element-wise loader the default takes is the earlier generations' code.
+/// The width (elements) the matrix kernels read q, k, v, d_out in on gfx942 when their rows are
+/// contiguous, as Burn's tensors are (`tile_io::load_width`, `Tuning::matrix_vector_loads` on
+/// by default): 16-byte vectors where both dims are whole vectors, element by element
+/// otherwise (as strided views always are).
 fn load_width<F: Float>(head_dim: u32, val_dim: u32) -> usize {
     let width = LOAD_BYTES / size_of::<F>();
     let whole = [head_dim, val_dim].iter().all(|&dim| (dim as usize).is_multiple_of(width));

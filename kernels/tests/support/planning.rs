@@ -30,7 +30,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// (`portable`, `mma` or `matrix`: a preference, see `Tuning::backward_path`) and, with
 /// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
 /// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles, with
-/// `BURN_FLASH_MATRIX_VECTORS=true` reading their inputs in 16-byte vectors where they can; the
+/// `BURN_FLASH_MATRIX_VECTORS=false` reading their inputs element by element (not in 16-byte
+/// vectors where they can, the default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -42,7 +43,7 @@ pub fn tuning() -> Tuning {
     });
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
     let f32_tiles = std::env::var("BURN_FLASH_MATRIX_F32_TILES").is_ok_and(|value| value == "1");
-    let vectors = std::env::var("BURN_FLASH_MATRIX_VECTORS").is_ok_and(|value| match value.parse() {
+    let vectors = std::env::var("BURN_FLASH_MATRIX_VECTORS").ok().map(|value| match value.parse() {
         Ok(vectors) => vectors,
         Err(error) => panic!("BURN_FLASH_MATRIX_VECTORS: {error}"),
     });
