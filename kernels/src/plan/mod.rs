@@ -240,8 +240,8 @@ pub const ROLLED_STEPS: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,
-/// 2026-12-06) it ran the matrix forward 1.75-2.2x and forward + backward 1.45-1.7x faster than
-/// element-wise staging, the forward suite passing on it whole.
+/// 2026-12-06) it ran the matrix forward 1.6-2.2x and forward + backward 1.4-1.7x faster than
+/// element-wise staging, the whole forward suite passing on it.
 pub const MATRIX_VECTOR_LOADS: bool = true;
 
 /// The one-pass backward's f32 per dQ atomic request, widest first
