@@ -52,6 +52,12 @@ step() {  # step NAME COMMAND...: runs COMMAND (cut after STEP_TIMEOUT s), full 
   tail -n 4 "$OUT/$name.log"
 }
 
+# find_ncu: the path of Nsight Compute's ncu on this machine, empty if there is none.
+find_ncu() {
+  command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null \
+    | head -n 1
+}
+
 # speed_beside NAME VAR=VALUE: ours at the eight shapes of `h200` with VAR=VALUE in the
 # environment (impl flash-NAME), then with the default, one process each: $OUT/NAME.csv.
 speed_beside() {
@@ -258,8 +264,7 @@ for s in "$@"; do
       # then the one pass: BURN_FLASH_DQ=atomic) at NCU_SHAPE: sections as CSV in
       # $OUT/ncu-{two,one}.csv, per-SASS-instruction stall samples in $OUT/ncu-{two,one}-sass.csv.
       # --clock-control none: the clocks stay as the bench sees them.
-      ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
-        2>/dev/null | head -n 1)
+      ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
         for run in two one; do
           dq=$([ $run = one ] && echo atomic || echo kernel)
@@ -283,8 +288,7 @@ for s in "$@"; do
       # (the one pass: dQ by atomic adds), both paths forced, at NCU_SHAPE: sections as CSV in
       # $OUT/ncu-matrix-{forward,dkdv}.csv (benches/RESULTS.md reads instruction mix, stalls,
       # occupancy and issue from them).
-      ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
-        2>/dev/null | head -n 1)
+      ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
         for run in forward dkdv; do
           kernel=$([ $run = forward ] && echo forward_matrix || echo matrix_dkdv)

@@ -6,6 +6,7 @@
 //! ([`load_width`]), and one element at a time otherwise.
 use cubecl::prelude::*;
 
+use super::chunk_io::{ChunkView, fetch_rows, staging};
 use crate::plan::rows_in_vectors;
 use crate::problem::FloatKind;
 
@@ -122,21 +123,23 @@ pub fn load_rows<E: Float, S: Float, N: Size>(
         let (row_vectors, data_vectors) = comptime!((dim_tile / w, cols / w));
         let total = comptime!(rows * row_vectors);
         let steps = comptime!(total.div_ceil(units));
-        let base = view.base / width;
-        let row_stride = view.row_stride / width;
-        let mut staged = Array::<Vector<E, N>>::new(steps as usize);
-        #[unroll]
-        for i in 0..steps {
-            let index = UNIT_POS + i * units;
-            let row = index / row_vectors;
-            let vector = index % row_vectors;
-            let global_row = first_row + row;
-            let mut value = Vector::<E, N>::zeroed();
-            if index < total && global_row < view.rows && vector < data_vectors {
-                value = tensor[base + global_row as usize * row_stride + vector as usize];
-            }
-            staged[i as usize] = value;
-        }
+        // The mma paths' register staging: every load in flight before the first store.
+        let vectors_view = ChunkView {
+            base: view.base / width,
+            row_stride: view.row_stride / width,
+            rows: view.rows,
+        };
+        let mut staged = staging::<E, N>(rows, row_vectors, units);
+        fetch_rows::<E, N>(
+            tensor,
+            &vectors_view,
+            &mut staged,
+            first_row,
+            rows,
+            data_vectors,
+            row_vectors,
+            units,
+        );
         if comptime!(whole) {
             let mut vectors = tile.into_vectorized().with_vector_size::<N>();
             #[unroll]

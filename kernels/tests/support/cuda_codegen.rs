@@ -46,3 +46,11 @@ pub fn dump(name: &str, source: &str) {
         std::fs::write(format!("{dir}/{name}"), source).expect("dump the CUDA source");
     }
 }
+
+/// What every generated kernel must be (`what` names it in a failure): free of `#error`, within
+/// an H200's shared memory, and declaring exactly the shared memory its planner counted.
+pub fn assert_fits_the_plan(what: &str, source: &str, shared: usize, planned: usize) {
+    assert!(!source.contains("#error"), "{what}: #error in the source");
+    assert!(shared <= super::H200_SHARED_MEMORY, "{what}: {shared} bytes of shared memory");
+    assert_eq!(shared, planned, "{what}: planner's shared memory estimate");
+}
