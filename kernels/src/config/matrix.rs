@@ -35,7 +35,8 @@ pub struct MatrixConfig {
     /// where the padded tiles do not fit (head dim 128 in an MI300X's 64 KiB).
     pub padded: bool,
     /// The launcher may read q, k, v in 16-byte vectors where the rows allow
-    /// ([`crate::primitives::tile_io::load_width`]); from [`crate::plan::Tuning::matrix_vector_loads`].
+    /// ([`crate::primitives::tile_io::load_width`]): [`crate::plan::Tuning::matrix_vector_loads`],
+    /// never with `stand_in`.
     pub vector_loads: bool,
 }
 

@@ -167,18 +167,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             partial_sum: SharedMemory::new(units as usize),
             o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
         };
-        load_rows::<F, T, N>(
-            q,
-            q_view,
-            &mut tiles.q.to_slice_mut(),
-            q_start,
-            config.block_q,
-            config.head_dim,
-            config.head_dim_tile(),
-            config.head_stride(),
-            units,
-            !config.f32_tiles,
-        );
+        stage::<F, T, N>(q, q_view, &mut tiles.q, q_start, config.block_q, false, config);
         tiles
     }
 
@@ -200,7 +189,6 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         #[comptime] config: MatrixConfig,
         #[comptime] masked_pass: bool,
     ) {
-        let units = comptime!(config.units());
         let lanes = comptime!(config.units_per_row());
         let dk = comptime!(config.head_dim_tile());
         let dv = comptime!(config.val_dim_tile());
@@ -212,31 +200,8 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         // First row of this plane's 16 query rows.
         let plane_row = UNIT_POS_Y * MATRIX_TILE;
 
-        let whole = comptime!(!config.f32_tiles);
-        load_rows::<F, T, N>(
-            k,
-            k_view,
-            &mut tiles.k.to_slice_mut(),
-            kv_start,
-            bkv,
-            config.head_dim,
-            dk,
-            dk_stride,
-            units,
-            whole,
-        );
-        load_rows::<F, T, N>(
-            v,
-            v_view,
-            &mut tiles.v.to_slice_mut(),
-            kv_start,
-            bkv,
-            config.val_dim,
-            dv,
-            dv_stride,
-            units,
-            whole,
-        );
+        stage::<F, T, N>(k, k_view, &mut tiles.k, kv_start, bkv, false, config);
+        stage::<F, T, N>(v, v_view, &mut tiles.v, kv_start, bkv, true, config);
         sync_cube();
 
         // S = Q K^T for this plane's rows, a row of bkv / 16 accumulator tiles: per 16 columns
@@ -397,6 +362,30 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             acc[c as usize] = tiles.o_stage[at + (c * lanes) as usize];
         }
     }
+}
+
+/// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile` (converted to
+/// the tiles' type `T`), padded: a head_dim-wide tensor (q, k), or with `values` a val_dim-wide
+/// one (v). In vectors of `N` elements where the launcher found rows of whole vectors
+/// ([`load_rows`]).
+#[cube]
+fn stage<F: Float, T: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    view: &HeadView,
+    tile: &mut SharedMemory<T>,
+    start: u32,
+    #[comptime] rows: u32,
+    #[comptime] values: bool,
+    #[comptime] config: MatrixConfig,
+) {
+    let (dim, dim_tile, stride) = comptime!(if values {
+        (config.val_dim, config.val_dim_tile(), config.val_stride())
+    } else {
+        (config.head_dim, config.head_dim_tile(), config.head_stride())
+    });
+    let (units, whole) = comptime!((config.units(), !config.f32_tiles));
+    let tile = &mut tile.to_slice_mut();
+    load_rows::<F, T, N>(tensor, view, tile, start, rows, dim, dim_tile, stride, units, whole);
 }
 
 /// Stores this plane's O fragments into its rows of the staging tile (every plane of the cube

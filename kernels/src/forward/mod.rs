@@ -135,7 +135,7 @@ pub fn flash_attention_forward<R: Runtime>(
     let matrix_width = match config {
         ForwardConfig::Matrix(matrix) => {
             let rows = [&tensors.q, &tensors.k, &tensors.v];
-            load_width(client, problem.dtype, matrix.vector_loads && !matrix.stand_in, &rows)
+            load_width(client, problem.dtype, matrix.vector_loads, &rows)
         }
         _ => 1,
     };

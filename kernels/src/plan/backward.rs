@@ -297,7 +297,9 @@ pub fn gradient(
             (true, true) => GradientChoice::Forced,
             (false, true) => GradientChoice::Cmma,
         };
-        let vector_loads = tuning.matrix_vector_loads.unwrap_or(super::MATRIX_VECTOR_LOADS);
+        // The stand-in runs on WGPU, which has no vector view of shared memory.
+        let vector_loads =
+            tuning.matrix_vector_loads.unwrap_or(super::MATRIX_VECTOR_LOADS) && !config.stand_in;
         let config = MatrixGradientConfig { vector_loads, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }

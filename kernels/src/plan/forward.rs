@@ -226,7 +226,9 @@ pub fn forward(
         }
         ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
             (Ok(config), _) => {
-                let vector_loads = tuning.matrix_vector_loads.unwrap_or(MATRIX_VECTOR_LOADS);
+                // The stand-in runs on WGPU, which has no vector view of shared memory.
+                let vector_loads =
+                    tuning.matrix_vector_loads.unwrap_or(MATRIX_VECTOR_LOADS) && !config.stand_in;
                 let config = MatrixConfig { vector_loads, ..config };
                 (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
             }

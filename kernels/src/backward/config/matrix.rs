@@ -40,7 +40,8 @@ pub struct MatrixGradientConfig {
     /// f32 per atomic add request (1, 2 or 4) with `atomic_dq`; head_dim is a multiple of it.
     pub dq_width: u32,
     /// The launcher may read q, k, v, d_out in 16-byte vectors where the rows allow
-    /// ([`crate::primitives::tile_io::load_width`]); from [`crate::plan::Tuning::matrix_vector_loads`].
+    /// ([`crate::primitives::tile_io::load_width`]): [`crate::plan::Tuning::matrix_vector_loads`],
+    /// never with `stand_in`.
     pub vector_loads: bool,
 }
 

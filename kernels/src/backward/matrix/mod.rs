@@ -70,7 +70,7 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
-    let width = inputs.load_width(client, problem.dtype, config.vector_loads && !config.stand_in);
+    let width = inputs.load_width(client, problem.dtype, config.vector_loads);
     let a = inputs.into_args(client);
     let (dk, dv) = (dk.into_tensor_arg(), dv.into_tensor_arg());
     let dq_acc = match dq_acc {
@@ -88,8 +88,8 @@ pub(crate) fn launch_dkdv<R: Runtime, F: Float, M: Int>(
             // (dq_acc: rows against seq_q, columns against head_dim, one-pass configs only).
             unsafe {
                 matrix_dkdv_kernel::launch_unchecked::<F, $tile, M, $mma, $sink, R>(
-                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                    a.bias, a.slopes, dk, dv, dq_acc, params, config,
+                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta,
+                    a.mask, a.bias, a.slopes, dk, dv, dq_acc, params, config,
                 )
             }
         };
@@ -125,7 +125,7 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
     let blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
     let cube_count = CubeCount::Static(blocks, problem.heads_total() as u32, 1);
     let cube_dim = CubeDim::new_2d(config.plane_size, config.planes());
-    let width = inputs.load_width(client, problem.dtype, config.vector_loads && !config.stand_in);
+    let width = inputs.load_width(client, problem.dtype, config.vector_loads);
     let a = inputs.into_args(client);
     let dq = dq.into_tensor_arg();
     let params = score_params(problem);
@@ -134,8 +134,8 @@ pub(crate) fn launch_dq<R: Runtime, F: Float, M: Int>(
             // SAFETY: as in `launch_dkdv`; writes are checked against seq_q and head_dim.
             unsafe {
                 matrix_dq_kernel::launch_unchecked::<F, $tile, M, $mma, R>(
-                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta, a.mask,
-                    a.bias, a.slopes, dq, params, config,
+                    client, cube_count, cube_dim, width, a.q, a.k, a.v, a.d_out, a.lse, a.delta,
+                    a.mask, a.bias, a.slopes, dq, params, config,
                 )
             }
         };
