@@ -25,6 +25,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_stand_in: false,
     matrix_f32_tiles: false,
     matrix_vector_loads: None,
+    matrix_prefetch: None,
     rolled_steps: None,
     async_copy: None,
 });

@@ -459,3 +459,51 @@ fn matrix_plans_read_in_vectors_unless_the_tuning_turns_it_off() {
         }
     }
 }
+
+#[test]
+fn matrix_plans_fetch_ahead_where_the_registers_allow() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan::{self, MATRIX_PREFETCH_REGISTERS};
+    use burn_flash_attn_kernels::primitives::row_stream::RowStreamShape;
+    // 32-bit registers per unit that hold one streamed block of 16-byte vectors of 2-byte
+    // elements (8 per vector).
+    let registers = |shape: RowStreamShape| {
+        let vectors = |dim: u32| (shape.rows * dim / 8).div_ceil(shape.units);
+        (vectors(shape.first.dim_tile) + vectors(shape.second.dim_tile)) * 4
+    };
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        for head_dim in [32, 64, 128] {
+            for (prefetch, vectors) in [(None, None), (Some(false), None), (None, Some(false))] {
+                let tuning = Tuning::default()
+                    .with_forward_path(Some(ForwardPath::Matrix))
+                    .with_backward_path(Some(BackwardPath::Matrix))
+                    .with_matrix_vector_loads(vectors)
+                    .with_matrix_prefetch(prefetch);
+                let asked = prefetch.is_none() && vectors.is_none();
+                let case = problem(FloatKind::F16, head_dim);
+                let what = format!("{runtime}, head dim {head_dim}, {prefetch:?}, {vectors:?}");
+                let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+                let ForwardConfig::Matrix(config) = forward.expect("planned").config else {
+                    panic!("{what}")
+                };
+                let fits = registers(config.kv_stream()) <= MATRIX_PREFETCH_REGISTERS.0;
+                assert_eq!(config.prefetch, asked && fits, "{what}: forward");
+                assert_eq!(config.kv_stream().prefetch, config.prefetch, "{what}");
+                let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+                let backward = backward.expect("planned");
+                for gradient in [&backward.dkdv, &backward.dq] {
+                    let GradientConfig::Matrix(config) = gradient.config else { panic!("{what}") };
+                    let fits = registers(config.inner_stream()) <= MATRIX_PREFETCH_REGISTERS.1;
+                    assert_eq!(config.prefetch, asked && fits, "{what}: {gradient}");
+                    // Head dim 64 (GPT-2's): every matrix kernel fetches ahead by default.
+                    assert!(config.prefetch || !asked || head_dim != 64, "{what}: {gradient}");
+                }
+                assert!(config.prefetch || !asked || head_dim != 64, "{what}: forward");
+            }
+        }
+    }
+}

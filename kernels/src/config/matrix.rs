@@ -1,5 +1,6 @@
 //! [`MatrixConfig`]: the matrix forward's blocks, tile strides and shared memory.
 use super::{F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
+use crate::primitives::row_stream::{RowCols, RowStreamShape};
 use crate::primitives::score::ScoreOptions;
 
 /// The matrix kernel (`forward/matrix.rs`): 16x16x16 tile products (cmma, or the scalar
@@ -38,6 +39,11 @@ pub struct MatrixConfig {
     /// ([`crate::primitives::tile_io::load_width`]): [`crate::plan::Tuning::matrix_vector_loads`],
     /// never with `stand_in`.
     pub vector_loads: bool,
+    /// Each block's K and V loads are issued one block ahead, into registers, while the
+    /// previous block computes ([`crate::primitives::tile_io::fetch_rows_ahead`]): set by the
+    /// planner with `vector_loads` where the registers fit
+    /// ([`crate::plan::Tuning::matrix_prefetch`]).
+    pub prefetch: bool,
 }
 
 impl MatrixConfig {
@@ -117,6 +123,18 @@ impl MatrixConfig {
         let staged = (bq * dk + bkv * dk + bkv * dv + bq * self.prob_stride() as usize) * self.elem_bytes as usize;
         let f32_tiles = bq * (self.score_stride() + self.out_stride()) as usize * F32_BYTES;
         staged + f32_tiles + partials
+    }
+
+    /// How the K and V rows stream into their tiles, one key/value block at a time.
+    pub fn kv_stream(&self) -> RowStreamShape {
+        RowStreamShape {
+            rows: self.block_kv,
+            first: RowCols::new(self.head_dim, self.head_dim_tile(), self.head_stride()),
+            second: RowCols::new(self.val_dim, self.val_dim_tile(), self.val_stride()),
+            units: self.units(),
+            whole: !self.f32_tiles,
+            prefetch: self.prefetch,
+        }
     }
 }
 

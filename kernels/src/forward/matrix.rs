@@ -26,7 +26,9 @@
 use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MatrixConfig};
+use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::row_stream::{RowSource, RowStream, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_rows};
 use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
@@ -74,9 +76,10 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
     }
 }
 
-/// Shared-memory tiles of one cube (`T`: the tiles' type) and the plane's O fragments.
+/// Shared-memory tiles of one cube (`T`: the tiles' type), the plane's O fragments and the
+/// next key/value block on its way (`F` in vectors of `N`).
 #[derive(CubeType)]
-pub(crate) struct Tiles<T: Float, Mm: TileMma> {
+pub(crate) struct Tiles<F: Float, T: Float, Mm: TileMma, N: Size> {
     /// `[block_q, head_stride]` in T, loaded once, zero-padded.
     q: SharedMemory<T>,
     /// `[block_kv, head_stride]` in T, one key block, zero-padded.
@@ -98,6 +101,9 @@ pub(crate) struct Tiles<T: Float, Mm: TileMma> {
     /// This plane's 16 rows of O, `val_dim_tile / 16` accumulator tiles, unnormalized (kept
     /// against the rows' running maxima), across every key/value block.
     o: Sequence<Mm::Acc>,
+    /// K and V rows on their way to `k` and `v`: with `MatrixConfig::prefetch`, the next
+    /// block's, in flight while this one computes.
+    kv: RowStream<F, N>,
 }
 
 #[cube(launch_unchecked)]
@@ -128,7 +134,7 @@ pub(crate) struct MatrixStep<T: Float, Mm: TileMma> {
 impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>, M>
     for MatrixStep<T, Mm>
 {
-    type Tiles = Tiles<T, Mm>;
+    type Tiles = Tiles<F, T, Mm, N>;
     type Config = MatrixConfig;
 
     fn query_tiles(
@@ -136,9 +142,10 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         q_view: &HeadView,
         q_start: u32,
         #[comptime] config: MatrixConfig,
-    ) -> Tiles<T, Mm> {
+    ) -> Tiles<F, T, Mm, N> {
         let units = comptime!(config.units());
-        let mut tiles = Tiles::<T, Mm> {
+        let dk = comptime!(config.head_dim_tile());
+        let mut tiles = Tiles::<F, T, Mm, N> {
             q: SharedMemory::new_aligned(
                 comptime!((config.block_q * config.head_stride()) as usize),
                 CMMA_ALIGN,
@@ -166,8 +173,12 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             partial_max: SharedMemory::new(units as usize),
             partial_sum: SharedMemory::new(units as usize),
             o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
+            kv: row_stream::<F, N>(q, comptime!(config.kv_stream())),
         };
-        stage::<F, T, N>(q, q_view, &mut tiles.q, q_start, config.block_q, false, config);
+        let tile = &mut tiles.q.to_slice_mut();
+        let (dim, block_q, whole) = comptime!((config.head_dim, config.block_q, !config.f32_tiles));
+        let stride = comptime!(config.head_stride());
+        load_rows::<F, T, N>(q, q_view, tile, q_start, block_q, dim, dk, stride, units, whole);
         tiles
     }
 
@@ -182,8 +193,9 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         params: &ScoreParams,
         tensors: &ScoreTensors,
         kv_block: u32,
+        range: &BlockSpan,
         role: UnitRole,
-        tiles: &mut Tiles<T, Mm>,
+        tiles: &mut Tiles<F, T, Mm, N>,
         softmax: &mut OnlineSoftmax,
         _acc: &mut Array<f32>,
         #[comptime] config: MatrixConfig,
@@ -200,9 +212,21 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         // First row of this plane's 16 query rows.
         let plane_row = UNIT_POS_Y * MATRIX_TILE;
 
-        stage::<F, T, N>(k, k_view, &mut tiles.k, kv_start, bkv, false, config);
-        stage::<F, T, N>(v, v_view, &mut tiles.v, kv_start, bkv, true, config);
+        // K and V of this block into shared memory (with `prefetch`, from registers that were
+        // loaded while the previous block computed), then the next block's loads issued, to be
+        // in flight while this block computes (`row_stream`).
+        let source = RowSource::<F, N> {
+            first: *k,
+            first_view: *k_view,
+            second: *v,
+            second_view: *v_view,
+        };
+        let stream = comptime!(config.kv_stream());
+        stream_block::<F, T, N>(
+            &mut tiles.kv, &source, &mut tiles.k, &mut tiles.v, kv_block, range, stream,
+        );
         sync_cube();
+        stream_ahead::<F, N>(&mut tiles.kv, &source, kv_block, range, stream);
 
         // S = Q K^T for this plane's rows, a row of bkv / 16 accumulator tiles: per 16 columns
         // of the head, the plane's Q fragment is loaded once for all of them. K is row-major
@@ -304,7 +328,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         // The flag is the same for the whole cube after `block_probabilities`' sync.
         if tiles.s[0] != 0.0f32 {
             // O = alpha O, row by row, through this plane's rows of the staging tile.
-            stage_o::<T, Mm>(tiles, plane_row, config);
+            stage_o::<F, T, Mm, N>(tiles, plane_row, config);
             let at = (role.row * out_stride + role.lane) as usize;
             #[unroll]
             for c in 0..config.out_cols_per_unit() {
@@ -349,13 +373,13 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
     }
 
     fn finish(
-        tiles: &mut Tiles<T, Mm>,
+        tiles: &mut Tiles<F, T, Mm, N>,
         role: UnitRole,
         acc: &mut Array<f32>,
         #[comptime] config: MatrixConfig,
     ) {
         let lanes = comptime!(config.units_per_row());
-        stage_o::<T, Mm>(tiles, UNIT_POS_Y * MATRIX_TILE, config);
+        stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, config);
         let at = (role.row * config.out_stride() + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
@@ -364,35 +388,11 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
     }
 }
 
-/// Loads rows `[start, start + rows)` of one (batch, head) of `tensor` into `tile` (converted to
-/// the tiles' type `T`), padded: a head_dim-wide tensor (q, k), or with `values` a val_dim-wide
-/// one (v). In vectors of `N` elements where the launcher found rows of whole vectors
-/// ([`load_rows`]).
-#[cube]
-fn stage<F: Float, T: Float, N: Size>(
-    tensor: &Tensor<Vector<F, N>>,
-    view: &HeadView,
-    tile: &mut SharedMemory<T>,
-    start: u32,
-    #[comptime] rows: u32,
-    #[comptime] values: bool,
-    #[comptime] config: MatrixConfig,
-) {
-    let (dim, dim_tile, stride) = comptime!(if values {
-        (config.val_dim, config.val_dim_tile(), config.val_stride())
-    } else {
-        (config.head_dim, config.head_dim_tile(), config.head_stride())
-    });
-    let (units, whole) = comptime!((config.units(), !config.f32_tiles));
-    let tile = &mut tile.to_slice_mut();
-    load_rows::<F, T, N>(tensor, view, tile, start, rows, dim, dim_tile, stride, units, whole);
-}
-
 /// Stores this plane's O fragments into its rows of the staging tile (every plane of the cube
 /// calls it: it synchronizes the cube after).
 #[cube]
-fn stage_o<T: Float, Mm: TileMma>(
-    tiles: &mut Tiles<T, Mm>,
+fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
+    tiles: &mut Tiles<F, T, Mm, N>,
     plane_row: u32,
     #[comptime] config: MatrixConfig,
 ) {

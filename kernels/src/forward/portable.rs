@@ -12,6 +12,7 @@ use crate::primitives::arena::carve;
 use crate::primitives::dot::{fuses_dots, row_dot, row_dots};
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
+use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::tile_io::{HeadView, load_tile};
 
 use super::ForwardArgs;
@@ -132,6 +133,7 @@ impl<F: Float, M: Int> BlockStep<F, F, M> for PortableStep {
         params: &ScoreParams,
         tensors: &ScoreTensors,
         kv_block: u32,
+        _range: &BlockSpan,
         role: UnitRole,
         tiles: &mut Tiles,
         softmax: &mut OnlineSoftmax,

@@ -6,6 +6,7 @@ use cubecl::prelude::*;
 
 use crate::config::SplitsRows;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
+use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::{row_max, row_sum};
@@ -216,10 +217,10 @@ pub(crate) trait BlockStep<F: Float, I: CubePrimitive, M: Int>: 'static + Send +
         #[comptime] config: Self::Config,
     ) -> Self::Tiles;
 
-    /// One iteration of the main loop: key/value block `kv_block` updates the softmax state
-    /// and the O accumulators of this unit (`acc`; the matrix path keeps them in its planes'
-    /// fragments instead, see [`Self::finish`]). `masked_pass` emits the tail / causal / mask
-    /// checks.
+    /// One iteration of the main loop: key/value block `kv_block` (of the cube's `range`, which
+    /// the matrix path reads to fetch the next block ahead) updates the softmax state and the O
+    /// accumulators of this unit (`acc`; the matrix path keeps them in its planes' fragments
+    /// instead, see [`Self::finish`]). `masked_pass` emits the tail / causal / mask checks.
     #[allow(clippy::too_many_arguments)]
     fn attend(
         k: &Tensor<I>,
@@ -231,6 +232,7 @@ pub(crate) trait BlockStep<F: Float, I: CubePrimitive, M: Int>: 'static + Send +
         params: &ScoreParams,
         tensors: &ScoreTensors,
         kv_block: u32,
+        range: &BlockSpan,
         role: UnitRole,
         tiles: &mut Self::Tiles,
         softmax: &mut OnlineSoftmax,
@@ -300,6 +302,7 @@ pub(crate) fn forward_rows<F: Float, I: CubePrimitive, M: Int, S: BlockStep<F, I
             &params,
             &tensors,
             kv_block,
+            &range,
             role,
             &mut tiles,
             &mut softmax,
@@ -319,6 +322,7 @@ pub(crate) fn forward_rows<F: Float, I: CubePrimitive, M: Int, S: BlockStep<F, I
             &params,
             &tensors,
             kv_block,
+            &range,
             role,
             &mut tiles,
             &mut softmax,

@@ -209,6 +209,9 @@ impl fmt::Display for GradientPlan {
         }
         if let GradientConfig::Matrix(matrix) = c {
             write!(f, ", {} planes of {}", matrix.planes(), matrix.plane_size)?;
+            if matrix.prefetch {
+                write!(f, ", the next inner block fetched ahead")?;
+            }
         }
         write!(f, ", {} of {} bytes of shared memory", c.shared_memory_bytes(), self.device_shared_memory)
     }
@@ -300,7 +303,13 @@ pub fn gradient(
         // The stand-in runs on WGPU, which has no vector view of shared memory.
         let vector_loads =
             tuning.matrix_vector_loads.unwrap_or(super::MATRIX_VECTOR_LOADS) && !config.stand_in;
-        let config = MatrixGradientConfig { vector_loads, ..config };
+        // The streamed block: Q and dO rows for dK/dV, K and V rows for dQ.
+        let dims = [config.head_dim_tile(), config.val_dim_tile()];
+        let prefetch = vector_loads
+            && tuning.matrix_prefetch.unwrap_or(super::MATRIX_PREFETCH)
+            && super::prefetch_registers(problem.dtype, config.inner_rows(), dims, config.units())
+                <= super::MATRIX_PREFETCH_REGISTERS.1;
+        let config = MatrixGradientConfig { vector_loads, prefetch, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))

@@ -11,7 +11,10 @@ use crate::problem::{AttentionProblem, FloatKind};
 
 use super::device::DeviceCaps;
 use super::mma_blocks;
-use super::{Layout, MATRIX_VECTOR_LOADS, Tuning};
+use super::{
+    Layout, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS, MATRIX_VECTOR_LOADS, Tuning,
+    prefetch_registers,
+};
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
 /// columns, few enough that the per-row reductions through shared memory stay short.
@@ -137,12 +140,13 @@ impl fmt::Display for ForwardPlan {
             )?,
             ForwardConfig::Matrix(matrix) => write!(
                 f,
-                "block_q = {}, block_kv = {}, {} planes of {}{}",
+                "block_q = {}, block_kv = {}, {} planes of {}{}{}",
                 matrix.block_q,
                 matrix.block_kv,
                 matrix.num_planes(),
                 matrix.plane_size,
                 if matrix.f32_tiles { ", tiles in f32" } else { "" },
+                if matrix.prefetch { ", the next key/value block fetched ahead" } else { "" },
             )?,
             _ => write!(f, "block_q = {}, block_kv = {}", config.block_q(), config.block_kv())?,
         }
@@ -229,7 +233,12 @@ pub fn forward(
                 // The stand-in runs on WGPU, which has no vector view of shared memory.
                 let vector_loads =
                     tuning.matrix_vector_loads.unwrap_or(MATRIX_VECTOR_LOADS) && !config.stand_in;
-                let config = MatrixConfig { vector_loads, ..config };
+                let inner = [config.head_dim_tile(), config.val_dim_tile()];
+                let prefetch = vector_loads
+                    && tuning.matrix_prefetch.unwrap_or(MATRIX_PREFETCH)
+                    && prefetch_registers(problem.dtype, config.block_kv, inner, config.units())
+                        <= MATRIX_PREFETCH_REGISTERS.0;
+                let config = MatrixConfig { vector_loads, prefetch, ..config };
                 (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
             }
             (Err(error), Some(_)) => return Err(error),
@@ -356,6 +365,7 @@ fn matrix_config(
             score: problem.score_options(),
             padded,
             vector_loads: false,
+            prefetch: false,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

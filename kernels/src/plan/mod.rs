@@ -22,6 +22,7 @@ use cubecl::prelude::*;
 use crate::config::ForwardPath;
 use crate::error::FlashError;
 use crate::primitives::chunk_io::CHUNK;
+use crate::primitives::tile_io::LOAD_BYTES;
 use crate::problem::{AttentionProblem, FloatKind};
 
 pub mod backward;
@@ -115,6 +116,10 @@ pub struct Tuning {
     /// CUDA and HIP, rows of whole vectors) instead of element by element; `None`:
     /// [`MATRIX_VECTOR_LOADS`].
     pub matrix_vector_loads: Option<bool>,
+    /// Whether the matrix kernels issue their streamed block's loads one block ahead, into
+    /// registers, while the previous block computes (with vector loads, where the registers
+    /// stay within [`MATRIX_PREFETCH_REGISTERS`]); `None`: [`MATRIX_PREFETCH`].
+    pub matrix_prefetch: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -175,6 +180,11 @@ impl Tuning {
 
     pub fn with_matrix_vector_loads(mut self, vector_loads: Option<bool>) -> Self {
         self.matrix_vector_loads = vector_loads;
+        self
+    }
+
+    pub fn with_matrix_prefetch(mut self, prefetch: Option<bool>) -> Self {
+        self.matrix_prefetch = prefetch;
         self
     }
 
@@ -243,6 +253,25 @@ pub const ROLLED_STEPS: bool = false;
 /// 2026-12-06) it ran the matrix forward 1.6-2.2x and forward + backward 1.4-1.7x faster than
 /// element-wise staging, the whole forward suite passing on it.
 pub const MATRIX_VECTOR_LOADS: bool = true;
+
+/// Whether the matrix kernels fetch their streamed block one block ahead where the registers
+/// allow ([`Tuning::matrix_prefetch`]).
+pub const MATRIX_PREFETCH: bool = true;
+
+/// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
+/// (forward, gradient kernels). Offline (sm_90a, benches/results/2026-12-06-cpu-matrix-vectors)
+/// the matrix forward takes 128 registers at head dim 64 and 168 at 128, the dK/dV kernel 168
+/// at 64 and 255 (the most) at 128: 64 more fit the forward at 128 (K and V of 64 rows, 128
+/// units), 32 the gradient kernels at 64, and nothing the dK/dV kernel at 128.
+pub const MATRIX_PREFETCH_REGISTERS: (u32, u32) = (64, 32);
+
+/// 32-bit registers per unit that hold `rows` rows of `dims` (padded) columns of `dtype` in
+/// 16-byte vectors, one tile per dim, dealt over `units` units: what fetching them ahead costs.
+pub(crate) fn prefetch_registers(dtype: FloatKind, rows: u32, dims: [u32; 2], units: u32) -> u32 {
+    let per_vector = (LOAD_BYTES / dtype.size()) as u32;
+    let vectors: u32 = dims.iter().map(|dim| (rows * dim / per_vector).div_ceil(units)).sum();
+    vectors * (LOAD_BYTES / 4) as u32
+}
 
 /// The one-pass backward's f32 per dQ atomic request, widest first
 /// ([`Tuning::backward_dq_width`], [`crate::backward::dq_sink`]).

@@ -14,6 +14,8 @@
 //! - [`block_range`]: which key/value blocks a query block visits (causal skipping, tails).
 //! - [`precise_math`]: ~1 ulp f32 exp / ln where the device built-ins are looser.
 //! - [`row_reduce`]: row max / sum across the units of a row, through shared memory.
+//! - [`row_stream`]: the matrix kernels' streamed rows, the next block in registers while one
+//!   computes.
 //! - [`tile_io`]: strided global tiles to shared memory.
 //! - [`tile_mma`]: one plane's 16x16x16 tile products, by cmma or a scalar stand-in.
 pub mod arena;
@@ -27,6 +29,7 @@ pub mod online_softmax;
 pub mod pair_stream;
 pub mod precise_math;
 pub mod row_reduce;
+pub mod row_stream;
 pub mod score;
 pub mod tile_io;
 pub mod tile_mma;

@@ -6,7 +6,7 @@
 //! ([`load_width`]), and one element at a time otherwise.
 use cubecl::prelude::*;
 
-use super::chunk_io::{ChunkView, fetch_rows, staging};
+use super::chunk_io::{ChunkView, fetch_rows};
 use crate::plan::rows_in_vectors;
 use crate::problem::FloatKind;
 
@@ -93,10 +93,8 @@ pub fn load_tile<E: CubePrimitive, S: Numeric>(
 /// With vectors of one element (`N` = 1) this is [`load_tile`]: one element per unit and step,
 /// any strides. Wider (the launcher checked with [`load_width`] that rows are whole vectors),
 /// each unit first loads all of its vectors of the tile into registers, so that they are in
-/// flight together, then stores them: as vectors where the tile has the tensor's type
-/// (`whole`: `stride` and `dim_tile` are multiples of the width), element by element,
-/// converted, where it does not (f32 tiles of bf16 inputs); the row padding past `dim_tile`
-/// is then left as it is (no fragment reads it).
+/// flight together, then stores them: [`fetch_rows_ahead`], then [`commit_rows`], which a
+/// kernel may also call apart, one block ahead (see there).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn load_rows<E: Float, S: Float, N: Size>(
@@ -111,35 +109,102 @@ pub fn load_rows<E: Float, S: Float, N: Size>(
     #[comptime] units: u32,
     #[comptime] whole: bool,
 ) {
+    let mut staged = rows_in_flight::<E, N>(tensor, rows, dim_tile, units);
+    fetch_rows_ahead::<E, N>(tensor, view, &mut staged, first_row, rows, cols, dim_tile, units);
+    commit_rows::<E, S, N>(
+        tensor, view, &staged, tile, first_row, rows, cols, dim_tile, stride, units, whole,
+    );
+}
+
+/// The registers that hold one unit's vectors of a `[rows, dim_tile]` tile of `tensor` between
+/// [`fetch_rows_ahead`] and [`commit_rows`] (one unused element where `N` = 1: nothing is
+/// fetched ahead then).
+#[cube]
+pub fn rows_in_flight<E: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    #[comptime] rows: u32,
+    #[comptime] dim_tile: u32,
+    #[comptime] units: u32,
+) -> Array<Vector<E, N>> {
     let width = tensor.vector_size();
-    if comptime!(width == 1) {
-        load_tile::<Vector<E, N>, S>(tensor, view, tile, first_row, rows, cols, stride, units);
+    let count = comptime!(if width == 1 {
+        1usize
     } else {
+        (rows * (dim_tile / width as u32)).div_ceil(units) as usize
+    });
+    Array::<Vector<E, N>>::new(count)
+}
+
+/// The first half of [`load_rows`]: this unit's vectors of rows `[first_row, first_row +
+/// rows)` into `staged` (zeros past the tensor and in the padding), all in flight together.
+/// Nothing where `N` = 1 ([`commit_rows`] then reads the tensor itself). A kernel that fetches
+/// its next block here before it computes the current one hides the loads' latency behind that
+/// work, at the price of the registers ([`rows_in_flight`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn fetch_rows_ahead<E: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    view: &HeadView,
+    staged: &mut Array<Vector<E, N>>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] cols: u32,
+    #[comptime] dim_tile: u32,
+    #[comptime] units: u32,
+) {
+    let width = tensor.vector_size();
+    if comptime!(width > 1) {
         let w = comptime!(width as u32);
         comptime! {
             assert!(cols.is_multiple_of(w) && dim_tile.is_multiple_of(w), "rows of whole vectors");
         }
-        // Vectors per tile row, and per tensor row.
-        let (row_vectors, data_vectors) = comptime!((dim_tile / w, cols / w));
-        let total = comptime!(rows * row_vectors);
-        let steps = comptime!(total.div_ceil(units));
-        // The mma paths' register staging: every load in flight before the first store.
         let vectors_view = ChunkView {
             base: view.base / width,
             row_stride: view.row_stride / width,
             rows: view.rows,
         };
-        let mut staged = staging::<E, N>(rows, row_vectors, units);
+        // The mma paths' register staging, vectors per tile row and per tensor row.
         fetch_rows::<E, N>(
             tensor,
             &vectors_view,
-            &mut staged,
+            staged,
             first_row,
             rows,
-            data_vectors,
-            row_vectors,
+            comptime!(cols / w),
+            comptime!(dim_tile / w),
             units,
         );
+    }
+}
+
+/// The second half of [`load_rows`]: stores what [`fetch_rows_ahead`] fetched of rows
+/// `[first_row, first_row + rows)` into `tile`, as vectors where the tile has the tensor's type
+/// (`whole`: `stride` and `dim_tile` are multiples of the width), element by element, converted,
+/// where it does not (f32 tiles of bf16 inputs; the row padding past `dim_tile` is then left as
+/// it is: no fragment reads it). Where `N` = 1 it reads the rows now ([`load_tile`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn commit_rows<E: Float, S: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    view: &HeadView,
+    staged: &Array<Vector<E, N>>,
+    tile: &mut Slice<S, ReadWrite>,
+    first_row: u32,
+    #[comptime] rows: u32,
+    #[comptime] cols: u32,
+    #[comptime] dim_tile: u32,
+    #[comptime] stride: u32,
+    #[comptime] units: u32,
+    #[comptime] whole: bool,
+) {
+    let width = tensor.vector_size();
+    if comptime!(width == 1) {
+        load_tile::<Vector<E, N>, S>(tensor, view, tile, first_row, rows, cols, stride, units);
+    } else {
+        let w = comptime!(width as u32);
+        let row_vectors = comptime!(dim_tile / w);
+        let total = comptime!(rows * row_vectors);
+        let steps = comptime!(total.div_ceil(units));
         if comptime!(whole) {
             let mut vectors = tile.into_vectorized().with_vector_size::<N>();
             #[unroll]

@@ -31,42 +31,23 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
 /// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles, with
 /// `BURN_FLASH_MATRIX_VECTORS=false` reading their inputs element by element (not in 16-byte
-/// vectors where they can, the default); the
+/// vectors where they can, the default), with `BURN_FLASH_MATRIX_PREFETCH=false` loading each
+/// streamed block when it is needed (not one block ahead, the default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
 /// or through registers with `BURN_FLASH_ASYNC` (`true` / `false`, `Tuning::async_copy`).
 pub fn tuning() -> Tuning {
-    let path = std::env::var("BURN_FLASH_BWD_PATH").ok().map(|value| match value.parse() {
-        Ok(path) => path,
-        Err(error) => panic!("BURN_FLASH_BWD_PATH: {error}"),
-    });
+    let path = parsed_env("BURN_FLASH_BWD_PATH");
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
     let f32_tiles = std::env::var("BURN_FLASH_MATRIX_F32_TILES").is_ok_and(|value| value == "1");
-    let vectors = std::env::var("BURN_FLASH_MATRIX_VECTORS").ok().map(|value| match value.parse() {
-        Ok(vectors) => vectors,
-        Err(error) => panic!("BURN_FLASH_MATRIX_VECTORS: {error}"),
-    });
-    let forward_path = std::env::var("BURN_FLASH_FWD_PATH").ok().map(|value| match value.parse() {
-        Ok(path) => path,
-        Err(error) => panic!("BURN_FLASH_FWD_PATH: {error}"),
-    });
-    let dq = std::env::var("BURN_FLASH_DQ").ok().map(|value| match value.parse() {
-        Ok(accumulation) => accumulation,
-        Err(error) => panic!("BURN_FLASH_DQ: {error}"),
-    });
-    let width = std::env::var("BURN_FLASH_DQ_WIDTH").ok().map(|value| match value.parse() {
-        Ok(width) => width,
-        Err(error) => panic!("BURN_FLASH_DQ_WIDTH: {error}"),
-    });
-    let rolled = std::env::var("BURN_FLASH_ROLLED").ok().map(|value| match value.parse() {
-        Ok(rolled) => rolled,
-        Err(error) => panic!("BURN_FLASH_ROLLED: {error}"),
-    });
-    let async_copy = std::env::var("BURN_FLASH_ASYNC").ok().map(|value| match value.parse() {
-        Ok(async_copy) => async_copy,
-        Err(error) => panic!("BURN_FLASH_ASYNC: {error}"),
-    });
+    let vectors = parsed_env("BURN_FLASH_MATRIX_VECTORS");
+    let prefetch = parsed_env("BURN_FLASH_MATRIX_PREFETCH");
+    let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
+    let dq = parsed_env("BURN_FLASH_DQ");
+    let width = parsed_env("BURN_FLASH_DQ_WIDTH");
+    let rolled = parsed_env("BURN_FLASH_ROLLED");
+    let async_copy = parsed_env("BURN_FLASH_ASYNC");
     Tuning::default()
         .with_rolled_steps(rolled)
         .with_async_copy(async_copy)
@@ -78,7 +59,20 @@ pub fn tuning() -> Tuning {
         .with_matrix_stand_in(stand_in)
         .with_matrix_f32_tiles(f32_tiles)
         .with_matrix_vector_loads(vectors)
+        .with_matrix_prefetch(prefetch)
         .with_forward_path(forward_path)
+}
+
+/// The value of environment variable `name`, parsed; a value that does not parse stops the
+/// suite with its name.
+fn parsed_env<T: std::str::FromStr>(name: &str) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    std::env::var(name).ok().map(|value| match value.parse() {
+        Ok(parsed) => parsed,
+        Err(error) => panic!("{name}: {error}"),
+    })
 }
 
 /// The forward's plan on a device with `props`, for chunked rows, `path` forced if given.

@@ -4,6 +4,7 @@ use crate::config::MATRIX_TILE;
 
 use super::{BackwardKernel, F32_BYTES, outer_inner};
 use crate::primitives::score::ScoreOptions;
+use crate::primitives::row_stream::{RowCols, RowStreamShape};
 
 /// The matrix gradient kernels ([`crate::backward::matrix`]): one plane per 16 accumulated rows (its
 /// gradient rows held in 16x16 cmma accumulators for the whole run), the inner block and the
@@ -43,6 +44,10 @@ pub struct MatrixGradientConfig {
     /// ([`crate::primitives::tile_io::load_width`]): [`crate::plan::Tuning::matrix_vector_loads`],
     /// never with `stand_in`.
     pub vector_loads: bool,
+    /// The streamed (inner) block's loads are issued one block ahead, into registers, while the
+    /// previous block computes (dK/dV: Q and dO; dQ: K and V): set by the planner with
+    /// `vector_loads` where the registers fit ([`crate::plan::Tuning::matrix_prefetch`]).
+    pub prefetch: bool,
 }
 
 impl MatrixGradientConfig {
@@ -120,6 +125,19 @@ impl MatrixGradientConfig {
         let staged = (bq + bkv) * (dk + dv) + probs + p;
         let scores = bq * self.score_stride() as usize;
         staged * self.elem_bytes as usize + (2 * scores + 2 * bq) * F32_BYTES
+    }
+
+    /// How the inner block's two tensors stream into their tiles (dK/dV: Q and dO; dQ: K and
+    /// V), a head_dim-wide one first.
+    pub fn inner_stream(&self) -> RowStreamShape {
+        RowStreamShape {
+            rows: self.inner_rows(),
+            first: RowCols::new(self.head_dim, self.head_dim_tile(), self.head_stride()),
+            second: RowCols::new(self.val_dim, self.val_dim_tile(), self.val_stride()),
+            units: self.units(),
+            whole: !self.f32_tiles,
+            prefetch: self.prefetch,
+        }
     }
 }
 

@@ -35,6 +35,7 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{
     kv_block_range_full_rows, pair_needs_masked_pass, query_block_heaviest_first, query_block_span,
 };
+use crate::primitives::row_stream::{RowSource, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, score_params, score_tensors};
 use crate::primitives::tile_io::{head_view, stat_view};
 use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
@@ -180,21 +181,29 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink, N: 
     let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dk_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let mut dv_acc = zero_tiles::<T>(comptime!(dv_tile / MATRIX_TILE), plane_size);
-    let q_view = head_view(q, at.batch, at.head);
-    let d_out_view = head_view(d_out, at.batch, at.head);
+    let source = RowSource::<F, N> {
+        first: *q,
+        first_view: head_view(q, at.batch, at.head),
+        second: *d_out,
+        second_view: head_view(d_out, at.batch, at.head),
+    };
+    let stream = comptime!(config.inner_stream());
+    let mut staged = row_stream::<F, N>(q, stream);
 
     // Step 1: K and V of this block, once; the first query block's sync makes them visible.
     stage::<F, E, N>(k, &head_view(k, at.batch, at.kv_head), &mut tiles.k, kv_start, bkv, false, config);
     stage::<F, E, N>(v, &head_view(v, at.batch, at.kv_head), &mut tiles.v, kv_start, bkv, true, config);
 
-    // Step 2: the query blocks that see this block (causal: none above the diagonal).
+    // Step 2: the query blocks that see this block (causal: none above the diagonal), Q and
+    // dO streamed (with `prefetch`, the next block's loads in flight while one computes).
     let span = query_block_span(kv_start, &params, bq, bkv, config.score);
     for q_block in span.start..span.end {
         let q_start = q_block * bq;
-        stage::<F, E, N>(q, &q_view, &mut tiles.q, q_start, bq, false, config);
-        stage::<F, E, N>(d_out, &d_out_view, &mut tiles.d_out, q_start, bq, true, config);
+        let (q_tile, d_out_tile) = (&mut tiles.q, &mut tiles.d_out);
+        stream_block::<F, E, N>(&mut staged, &source, q_tile, d_out_tile, q_block, &span, stream);
         stage_stats(lse, delta, &stats, &mut tiles, q_start, bq, units);
         sync_cube();
+        stream_ahead::<F, N>(&mut staged, &source, q_block, &span, stream);
 
         // S and dP of this plane's column strip, one 16x16 tile per 16 query rows.
         for i in 0..comptime!(bq / MATRIX_TILE) {
@@ -260,8 +269,14 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
     let mut tiles = new_pair_tiles::<E>(config);
     let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dq_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
-    let k_view = head_view(k, at.batch, at.kv_head);
-    let v_view = head_view(v, at.batch, at.kv_head);
+    let source = RowSource::<F, N> {
+        first: *k,
+        first_view: head_view(k, at.batch, at.kv_head),
+        second: *v,
+        second_view: head_view(v, at.batch, at.kv_head),
+    };
+    let stream = comptime!(config.inner_stream());
+    let mut staged = row_stream::<F, N>(k, stream);
 
     // Step 1: Q, dO, lse and delta of this block, once; the first key block's sync makes them
     // visible.
@@ -274,9 +289,10 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
     let range = kv_block_range_full_rows(q_block, &params, bq, bkv, config.score);
     for kv_block in range.start..range.end {
         let kv_start = kv_block * bkv;
-        stage::<F, E, N>(k, &k_view, &mut tiles.k, kv_start, bkv, false, config);
-        stage::<F, E, N>(v, &v_view, &mut tiles.v, kv_start, bkv, true, config);
+        let (k_tile, v_tile) = (&mut tiles.k, &mut tiles.v);
+        stream_block::<F, E, N>(&mut staged, &source, k_tile, v_tile, kv_block, &range, stream);
         sync_cube();
+        stream_ahead::<F, N>(&mut staged, &source, kv_block, &range, stream);
 
         // S and dP of this plane's row strip, one 16x16 tile per 16 keys.
         for j in 0..comptime!(bkv / MATRIX_TILE) {

@@ -51,6 +51,7 @@ pub(super) fn matrix_config(
                 dq_width: 1,
                 // Set from the tuning by the caller.
                 vector_loads: false,
+                prefetch: false,
             }
         })
         .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
