@@ -203,28 +203,30 @@ fn matrix_kernels_read_rows_in_vectors_where_they_are_whole() {
     }
 }
 
-/// Where the plan fetches ahead (`prefetch`, head dim 64), the matrix kernels load each
-/// streamed block in two places: for the first block before its stores, and for the next one
-/// right after the block's sync (`row_stream`); without it, in one. Counted as the reads of the
-/// streamed tensors' buffers (kernel arguments in order: q, k, v, d_out).
+/// Where the config fetches ahead (`prefetch`, asked for here at head dim 64), the matrix
+/// kernels load each streamed block in two places: for the first block before its stores, and
+/// for the next one right after the block's sync (`row_stream`); without it, in one. Counted as
+/// the reads of the streamed tensors' buffers (kernel arguments in order: q, k, v, d_out).
 #[test]
-fn matrix_kernels_fetch_the_next_block_ahead_where_planned() {
+fn matrix_kernels_fetch_the_next_block_ahead_where_asked() {
     let client = support::client();
     let props = support::h200(client.properties());
     let caps = DeviceCaps::new(&props, planning::SIMULATED);
     let reads = |source: &str, buffer: usize| source.matches(&format!("= buffer_{buffer}[")).count();
     let case = problem(FloatKind::BF16, 64, 64, 203, 203);
     let plan = planning::forward_plan(&props, &case, Some(ForwardPath::Matrix));
-    let ForwardConfig::Matrix(config) = plan.expect("planned").config else { panic!() };
-    assert!(config.prefetch, "head dim 64 fetches ahead");
-    let without = MatrixConfig { prefetch: false, ..config };
+    let ForwardConfig::Matrix(planned) = plan.expect("planned").config else { panic!() };
+    let config = MatrixConfig { prefetch: true, ..planned };
+    let without = MatrixConfig { prefetch: false, ..planned };
     let (ahead, _) = matrix_source::<half::bf16, u32>(&client, config, 8);
     let (in_place, _) = matrix_source::<half::bf16, u32>(&client, without, 8);
     for buffer in [1, 2] {
         assert!(reads(&in_place, buffer) > 0, "forward reads buffer {buffer}");
         assert_eq!(reads(&ahead, buffer), 2 * reads(&in_place, buffer), "forward, {buffer}");
     }
-    let tuning = planning::tuning().with_backward_path(Some(BackwardPath::Matrix));
+    let tuning = planning::tuning()
+        .with_backward_path(Some(BackwardPath::Matrix))
+        .with_matrix_prefetch(Some(true));
     for (kernel, streamed) in [(BackwardKernel::KeyValue, [0, 3]), (BackwardKernel::Query, [1, 2])] {
         let plan = plan::backward::gradient(&caps, &case, Layout::CHUNKED, &tuning, kernel);
         let GradientConfig::Matrix(config) = plan.expect("planned").config else { panic!() };

@@ -306,7 +306,8 @@ for s in "$@"; do
       # Nsight Compute on one launch of the matrix forward and one of the matrix dK/dV kernel
       # (the one pass: dQ by atomic adds), both paths forced, at NCU_SHAPE: sections as CSV in
       # $OUT/ncu-matrix-{forward,dkdv}.csv (benches/RESULTS.md reads instruction mix, stalls,
-      # occupancy and issue from them).
+      # occupancy and issue from them), per-SASS-instruction counters (stall samples, shared
+      # wavefronts and bank conflicts per instruction) in $OUT/ncu-matrix-{forward,dkdv}-sass.csv.
       ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
         for run in forward dkdv; do
@@ -320,6 +321,8 @@ for s in "$@"; do
           echo "== ncu matrix $run: exit $?, $((SECONDS - start)) s"
           "$ncu" --import "$OUT/ncu-matrix-$run.ncu-rep" --page details --csv \
             > "$OUT/ncu-matrix-$run.csv" 2>&1
+          "$ncu" --import "$OUT/ncu-matrix-$run.ncu-rep" --page source --print-source sass --csv \
+            > "$OUT/ncu-matrix-$run-sass.csv" 2>&1
           grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Instructions)"' \
             "$OUT/ncu-matrix-$run.csv" | cut -d, -f5,12- | head -12
           rm -f "$OUT/ncu-matrix-$run.ncu-rep"

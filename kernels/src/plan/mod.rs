@@ -255,14 +255,20 @@ pub const ROLLED_STEPS: bool = false;
 pub const MATRIX_VECTOR_LOADS: bool = true;
 
 /// Whether the matrix kernels fetch their streamed block one block ahead where the registers
-/// allow ([`Tuning::matrix_prefetch`]).
-pub const MATRIX_PREFETCH: bool = true;
+/// allow ([`Tuning::matrix_prefetch`]). Off: on an H100 (bf16, cmma, benches/RESULTS.md,
+/// 2026-12-06, adf5877) fetching ahead ran the matrix forward 0.85-0.88x as fast at head dim
+/// 64 (0.98-1.00x at 32 and 128) and forward + backward 0.96-0.97x (0.97-1.00x elsewhere).
+/// With 16-byte staging the kernels wait on shared memory (Nsight Compute: the L1 / shared
+/// pipe 80 % busy in the forward), not on global loads, and the held block costs registers
+/// (below). Kept as an option for devices where global latency binds.
+pub const MATRIX_PREFETCH: bool = false;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
-/// (forward, gradient kernels). Offline (sm_90a, benches/results/2026-12-06-cpu-matrix-vectors)
-/// the matrix forward takes 128 registers at head dim 64 and 168 at 128, the dK/dV kernel 168
-/// at 64 and 255 (the most) at 128: 64 more fit the forward at 128 (K and V of 64 rows, 128
-/// units), 32 the gradient kernels at 64, and nothing the dK/dV kernel at 128.
+/// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),
+/// without -> with the block ahead: the f16 forward at head dim 64 takes 128 -> 168 registers
+/// (and a 12-byte spill), the bf16 forward at 128 255 either way, the dK/dV kernel at 64
+/// 185 -> 255 (a 12-byte spill), dQ's at 64 96 -> 128; the dK/dV kernel at 128 takes 255
+/// without it, so it gets none. On gfx942 three variants spill with it (docs/HIP.md).
 pub const MATRIX_PREFETCH_REGISTERS: (u32, u32) = (64, 32);
 
 /// 32-bit registers per unit that hold `rows` rows of `dims` (padded) columns of `dtype` in

@@ -3,7 +3,10 @@
 //! computes (`prefetch`): each unit fetches its 16-byte vectors of block `b + 1` into registers
 //! right after block `b` is in shared memory, and stores them once every unit is done with
 //! block `b`. One buffer per tile (the matrix kernels' tiles fill what an MI300X's 64 KiB
-//! hold), so the price is registers ([`crate::plan::MATRIX_PREFETCH_REGISTERS`]).
+//! hold), so the price is registers ([`crate::plan::MATRIX_PREFETCH_REGISTERS`]). Off by
+//! default ([`crate::plan::MATRIX_PREFETCH`]: measured slower on an H100): each block is then
+//! loaded when it is needed, one tensor at a time (all of a unit's loads of one tile in flight
+//! together, then its stores).
 //!
 //! Protocol of block `b` of `span` (the caller's loop, every unit of the cube):
 //! ```text
@@ -18,7 +21,7 @@
 use cubecl::prelude::*;
 
 use super::block_stream::BlockSpan;
-use super::tile_io::{HeadView, commit_rows, fetch_rows_ahead, rows_in_flight};
+use super::tile_io::{HeadView, commit_rows, fetch_rows_ahead, head_view, rows_in_flight};
 
 /// Columns of one streamed tensor and its tile: `cols` of data (exact), `dim_tile` of them in
 /// the tile (padded with zeros), `stride` elements per tile row.
@@ -57,6 +60,22 @@ pub struct RowSource<E: Float, N: Size> {
     pub second_view: HeadView,
 }
 
+/// The source of two tensors' rows of `(batch, head)`.
+#[cube]
+pub fn row_source<E: Float, N: Size>(
+    first: &Tensor<Vector<E, N>>,
+    second: &Tensor<Vector<E, N>>,
+    batch: u32,
+    head: u32,
+) -> RowSource<E, N> {
+    RowSource::<E, N> {
+        first: *first,
+        first_view: head_view(first, batch, head),
+        second: *second,
+        second_view: head_view(second, batch, head),
+    }
+}
+
 /// One block of both tensors in registers ([`rows_in_flight`]).
 #[derive(CubeType)]
 pub struct RowStream<E: Float, N: Size> {
@@ -78,26 +97,60 @@ pub fn row_stream<E: Float, N: Size>(
     }
 }
 
+/// Issues this unit's loads of rows `[first_row, first_row + shape.rows)` of one tensor into
+/// its registers.
+#[cube]
+fn fetch_one<E: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    view: &HeadView,
+    regs: &mut Array<Vector<E, N>>,
+    first_row: u32,
+    #[comptime] cols: RowCols,
+    #[comptime] shape: RowStreamShape,
+) {
+    let (rows, units) = comptime!((shape.rows, shape.units));
+    let (data, dim_tile) = comptime!((cols.cols, cols.dim_tile));
+    fetch_rows_ahead::<E, N>(tensor, view, regs, first_row, rows, data, dim_tile, units);
+}
+
+/// Stores one tensor's fetched rows into its tile ([`commit_rows`]).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn commit_one<E: Float, S: Float, N: Size>(
+    tensor: &Tensor<Vector<E, N>>,
+    view: &HeadView,
+    regs: &Array<Vector<E, N>>,
+    tile: &mut SharedMemory<S>,
+    first_row: u32,
+    #[comptime] cols: RowCols,
+    #[comptime] shape: RowStreamShape,
+) {
+    let (rows, units, whole) = comptime!((shape.rows, shape.units, shape.whole));
+    let (data, dim_tile, stride) = comptime!((cols.cols, cols.dim_tile, cols.stride));
+    let tile = &mut tile.to_slice_mut();
+    commit_rows::<E, S, N>(
+        tensor, view, regs, tile, first_row, rows, data, dim_tile, stride, units, whole,
+    );
+}
+
 /// Issues the loads of rows `[first_row, first_row + shape.rows)` of both tensors.
 #[cube]
-fn fetch<E: Float, N: Size>(
+fn fetch_both<E: Float, N: Size>(
     stream: &mut RowStream<E, N>,
     source: &RowSource<E, N>,
     first_row: u32,
     #[comptime] shape: RowStreamShape,
 ) {
-    let (rows, units) = comptime!((shape.rows, shape.units));
     let (a, b) = comptime!((shape.first, shape.second));
-    let (a_cols, a_tile, b_cols, b_tile) = comptime!((a.cols, a.dim_tile, b.cols, b.dim_tile));
     let (a_view, b_view) = (&source.first_view, &source.second_view);
-    let (a_regs, b_regs) = (&mut stream.first, &mut stream.second);
-    fetch_rows_ahead::<E, N>(&source.first, a_view, a_regs, first_row, rows, a_cols, a_tile, units);
-    fetch_rows_ahead::<E, N>(&source.second, b_view, b_regs, first_row, rows, b_cols, b_tile, units);
+    fetch_one::<E, N>(&source.first, a_view, &mut stream.first, first_row, a, shape);
+    fetch_one::<E, N>(&source.second, b_view, &mut stream.second, first_row, b, shape);
 }
 
-/// Block `block` (rows from `block * shape.rows`) of `span` into the two tiles: stored from
-/// the registers where [`stream_ahead`] fetched it, loaded now otherwise (the first block, or
-/// every block without `prefetch`). No sync: the caller's makes the tiles visible.
+/// Block `block` (rows from `block * shape.rows`) of `span` into the two tiles: with
+/// `prefetch`, stored from the registers where [`stream_ahead`] fetched it (the first block is
+/// fetched now); without, each tensor fetched and stored in turn, so that only one tensor's
+/// block is in registers at a time. No sync: the caller's makes the tiles visible.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn stream_block<E: Float, S: Float, N: Size>(
@@ -110,43 +163,20 @@ pub fn stream_block<E: Float, S: Float, N: Size>(
     #[comptime] shape: RowStreamShape,
 ) {
     let first_row = block * shape.rows;
+    let (a, b) = comptime!((shape.first, shape.second));
+    let (a_view, b_view) = (&source.first_view, &source.second_view);
     if comptime!(shape.prefetch) {
         if block == span.start {
-            fetch::<E, N>(stream, source, first_row, shape);
+            fetch_both::<E, N>(stream, source, first_row, shape);
         }
     } else {
-        fetch::<E, N>(stream, source, first_row, shape);
+        fetch_one::<E, N>(&source.first, a_view, &mut stream.first, first_row, a, shape);
     }
-    let (rows, units, whole) = comptime!((shape.rows, shape.units, shape.whole));
-    let (a, b) = comptime!((shape.first, shape.second));
-    let (a_cols, a_tile, a_stride) = comptime!((a.cols, a.dim_tile, a.stride));
-    let (b_cols, b_tile, b_stride) = comptime!((b.cols, b.dim_tile, b.stride));
-    commit_rows::<E, S, N>(
-        &source.first,
-        &source.first_view,
-        &stream.first,
-        &mut first_tile.to_slice_mut(),
-        first_row,
-        rows,
-        a_cols,
-        a_tile,
-        a_stride,
-        units,
-        whole,
-    );
-    commit_rows::<E, S, N>(
-        &source.second,
-        &source.second_view,
-        &stream.second,
-        &mut second_tile.to_slice_mut(),
-        first_row,
-        rows,
-        b_cols,
-        b_tile,
-        b_stride,
-        units,
-        whole,
-    );
+    commit_one::<E, S, N>(&source.first, a_view, &stream.first, first_tile, first_row, a, shape);
+    if comptime!(!shape.prefetch) {
+        fetch_one::<E, N>(&source.second, b_view, &mut stream.second, first_row, b, shape);
+    }
+    commit_one::<E, S, N>(&source.second, b_view, &stream.second, second_tile, first_row, b, shape);
 }
 
 /// With `prefetch`, issues the loads of the block after `block` where `span` has one; they
@@ -162,7 +192,7 @@ pub fn stream_ahead<E: Float, N: Size>(
 ) {
     if comptime!(shape.prefetch) {
         if block + 1 < span.end {
-            fetch::<E, N>(stream, source, (block + 1) * shape.rows, shape);
+            fetch_both::<E, N>(stream, source, (block + 1) * shape.rows, shape);
         }
     }
 }

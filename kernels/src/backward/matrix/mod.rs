@@ -35,7 +35,7 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{
     kv_block_range_full_rows, pair_needs_masked_pass, query_block_heaviest_first, query_block_span,
 };
-use crate::primitives::row_stream::{RowSource, row_stream, stream_ahead, stream_block};
+use crate::primitives::row_stream::{row_source, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, score_params, score_tensors};
 use crate::primitives::tile_io::{head_view, stat_view};
 use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
@@ -181,12 +181,7 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink, N: 
     let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dk_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
     let mut dv_acc = zero_tiles::<T>(comptime!(dv_tile / MATRIX_TILE), plane_size);
-    let source = RowSource::<F, N> {
-        first: *q,
-        first_view: head_view(q, at.batch, at.head),
-        second: *d_out,
-        second_view: head_view(d_out, at.batch, at.head),
-    };
+    let source = row_source::<F, N>(q, d_out, at.batch, at.head);
     let stream = comptime!(config.inner_stream());
     let mut staged = row_stream::<F, N>(q, stream);
 
@@ -269,12 +264,7 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
     let mut tiles = new_pair_tiles::<E>(config);
     let stats = (stat_view(lse, at.batch, at.head), stat_view(delta, at.batch, at.head));
     let mut dq_acc = zero_tiles::<T>(comptime!(dk_tile / MATRIX_TILE), plane_size);
-    let source = RowSource::<F, N> {
-        first: *k,
-        first_view: head_view(k, at.batch, at.kv_head),
-        second: *v,
-        second_view: head_view(v, at.batch, at.kv_head),
-    };
+    let source = row_source::<F, N>(k, v, at.batch, at.kv_head);
     let stream = comptime!(config.inner_stream());
     let mut staged = row_stream::<F, N>(k, stream);
 
