@@ -20,11 +20,12 @@
 //! through registers (`Tuning::async_copy`), `--matrix-vectors=true|false` for the matrix
 //! kernels' inputs read in 16-byte vectors (`Tuning::matrix_vector_loads`),
 //! `--matrix-prefetch=true|false` for their streamed blocks fetched one block ahead
-//! (`Tuning::matrix_prefetch`); `BURN_FLASH_MMA` /
+//! (`Tuning::matrix_prefetch`), `--matrix-staggered=true|false` for the matrix forward's rows
+//! 8-15 walking their columns one step later (`Tuning::matrix_staggered`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` / `BURN_FLASH_MATRIX_VECTORS`
-//! / `BURN_FLASH_MATRIX_PREFETCH` in the environment are read as the same flags (the device
-//! scripts' tuning runs set them).
+//! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` in the environment are read as
+//! the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
 //! FLOPs: forward 4·B·H·N²·D, halved when causal; forward+backward 3.5× forward.
@@ -304,7 +305,12 @@ fn main() {
         .with_rolled_steps(parsed_arg(&args, "rolled", "BURN_FLASH_ROLLED"))
         .with_async_copy(parsed_arg(&args, "async", "BURN_FLASH_ASYNC"))
         .with_matrix_vector_loads(parsed_arg(&args, "matrix-vectors", "BURN_FLASH_MATRIX_VECTORS"))
-        .with_matrix_prefetch(parsed_arg(&args, "matrix-prefetch", "BURN_FLASH_MATRIX_PREFETCH"));
+        .with_matrix_prefetch(parsed_arg(&args, "matrix-prefetch", "BURN_FLASH_MATRIX_PREFETCH"))
+        .with_matrix_staggered(parsed_arg(
+            &args,
+            "matrix-staggered",
+            "BURN_FLASH_MATRIX_STAGGERED",
+        ));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }

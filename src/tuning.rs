@@ -26,6 +26,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_f32_tiles: false,
     matrix_vector_loads: None,
     matrix_prefetch: None,
+    matrix_staggered: None,
     rolled_steps: None,
     async_copy: None,
 });

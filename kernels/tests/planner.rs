@@ -511,3 +511,22 @@ fn matrix_plans_fetch_ahead_where_the_registers_allow() {
         }
     }
 }
+
+#[test]
+fn matrix_forward_staggers_its_rows_only_when_asked() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        for (asked, staggered) in [(None, false), (Some(false), false), (Some(true), true)] {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_matrix_staggered(asked);
+            let case = problem(FloatKind::F16, 64);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            assert_eq!(config.staggered, staggered, "{runtime}: {asked:?}");
+        }
+    }
+}

@@ -7,6 +7,7 @@
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix | prefetch
+#         | staggered
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
@@ -16,7 +17,7 @@
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
 # matrix: the matrix (cmma) forward and backward forced, beside the default path (issue 16).
-# prefetch: the matrix paths forced, their streamed blocks fetched ahead and not ($OUT/prefetch.csv).
+# prefetch / staggered: the matrix paths forced, with that option on and off ($OUT/<step>.csv).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
@@ -260,24 +261,24 @@ for s in "$@"; do
         grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
       grep -iE "warning|error" "$OUT/matrix.err" | head -5
       cat "$OUT/matrix.csv" ;;
-    prefetch)
-      # The matrix paths forced (the backward on its one pass) with their streamed blocks
-      # fetched one block ahead (Tuning::matrix_prefetch, the default) and without, one process
-      # each, at PREFETCH_SHAPES (default: the six of issue 15's bar): $OUT/prefetch.csv (impl
-      # flash-matrix-prefetch, flash-matrix-in-place).
-      if [ -n "${PREFETCH_SHAPES:-}" ]; then args=($PREFETCH_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
+    prefetch|staggered)
+      # The matrix paths forced (the backward on its one pass) with one of their options on and
+      # off, one process each: prefetch, the streamed blocks fetched one block ahead
+      # (Tuning::matrix_prefetch); staggered, the forward's rows 8-15 walking their columns one
+      # step later (Tuning::matrix_staggered). At AB_SHAPES (default: the six of issue 15's
+      # bar): $OUT/$s.csv (impl flash-matrix-$s-true, flash-matrix-$s-false).
+      var=$([ "$s" = prefetch ] && echo BURN_FLASH_MATRIX_PREFETCH || echo BURN_FLASH_MATRIX_STAGGERED)
+      if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
       start=$SECONDS
-      for ahead in true false; do
-        label=$([ $ahead = true ] && echo prefetch || echo in-place)
-        BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix BURN_FLASH_MATRIX_PREFETCH=$ahead \
+      for on in true false; do
+        env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix "$var=$on" \
           timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${args[@]}" \
-          2>> "$OUT/prefetch.err" | sed "s/^flash,/flash-matrix-$label,/" > "$OUT/prefetch-$label.csv"
-        echo "== matrix, prefetch $ahead: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
+          2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-$on,/" > "$OUT/$s-$on.csv"
+        echo "== matrix, $var=$on: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
       done
-      { cat "$OUT/prefetch-prefetch.csv"; grep -v '^impl' "$OUT/prefetch-in-place.csv"; } \
-        > "$OUT/prefetch.csv"
-      grep -iE "warning|error" "$OUT/prefetch.err" | head -5
-      cat "$OUT/prefetch.csv" ;;
+      { cat "$OUT/$s-true.csv"; grep -v '^impl' "$OUT/$s-false.csv"; } > "$OUT/$s.csv"
+      grep -iE "warning|error" "$OUT/$s.err" | head -5
+      cat "$OUT/$s.csv" ;;
     ncu)
       # Nsight Compute on one launch of each gradient kernel (the default two-kernel backward,
       # then the one pass: BURN_FLASH_DQ=atomic) at NCU_SHAPE: sections as CSV in

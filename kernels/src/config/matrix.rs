@@ -44,6 +44,11 @@ pub struct MatrixConfig {
     /// planner with `vector_loads` where the registers fit
     /// ([`crate::plan::Tuning::matrix_prefetch`]).
     pub prefetch: bool,
+    /// Rows 8-15 of every plane's 16 walk their S and P columns one step later
+    /// (`unit_column` in `forward/unit_rows.rs`), so that the rows whose padded starts share
+    /// shared-memory banks do not read S or write P in the same bank at once
+    /// ([`crate::plan::Tuning::matrix_staggered`]).
+    pub staggered: bool,
 }
 
 impl MatrixConfig {

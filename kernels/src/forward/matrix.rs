@@ -36,7 +36,9 @@ use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles
 use core::marker::PhantomData;
 
 use super::ForwardArgs;
-use super::unit_rows::{BlockStep, UnitRole, block_alpha, block_probabilities, forward_rows};
+use super::unit_rows::{
+    BlockStep, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
+};
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
 /// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
@@ -266,7 +268,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         let s_row = (role.row * score_stride) as usize;
         #[unroll]
         for t in 0..config.kv_cols_per_unit() {
-            let col = role.lane + t * lanes;
+            let col = unit_column(role, t, lanes, config.kv_cols_per_unit(), config.staggered);
             let dot = tiles.s[s_row + col as usize];
             logits[t as usize] = score::<F, M>(
                 dot,
@@ -282,10 +284,11 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         }
         // The cube's rescale flag lives in `s[0]`, which needs no shared memory of its own (at
         // head dim 128 an MI300X's 64 KiB hold the tiles with no byte to spare): S's element
-        // (0, 0) is read by unit 0 alone (row 0, lane 0, its first column), so unit 0 clears
-        // the flag once it has its logits; units set it only after `block_alpha`'s sync, which
-        // every read of S precedes, and read it after `block_probabilities`' sync; the next
-        // block's S stores come after its first sync, which every read of the flag precedes.
+        // (0, 0) is read by unit 0 alone (row 0, lane 0, its first column; row 0 is never
+        // staggered), so unit 0 clears the flag once it has its logits; units set it only after
+        // `block_alpha`'s sync, which every read of S precedes, and read it after
+        // `block_probabilities`' sync; the next block's S stores come after its first sync,
+        // which every read of the flag precedes.
         if UNIT_POS == 0 {
             tiles.s[0] = 0.0f32;
         }
@@ -323,6 +326,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             masked_pass,
             config.precise_math,
             config.score.dropout,
+            config.staggered,
         );
 
         // The flag is the same for the whole cube after `block_probabilities`' sync.

@@ -129,6 +129,7 @@ pub(crate) fn softmax_block<P: Float>(
         masked_pass,
         precise,
         dropout,
+        false,
     );
     alpha
 }
@@ -161,8 +162,30 @@ pub(crate) fn block_alpha(
     }
 }
 
+/// The column of a block that this unit's `t`-th logit belongs to: `lane + t * lanes`, each unit
+/// of a row taking every `lanes`-th column. `staggered` (the matrix path's
+/// [`crate::config::MatrixConfig::staggered`]): rows 8-15 of every 16 walk their columns one
+/// step later (`t + 1`, the last wrapping to the first), the same set in another order, so
+/// that where 16 rows of 2 units share a 32-bank access the rows `r` and `r + 8`, whose padded
+/// starts fall on the same bank, read S and write P in different banks.
+#[cube]
+pub(crate) fn unit_column(
+    role: UnitRole,
+    t: u32,
+    #[comptime] lanes: u32,
+    #[comptime] cols_per_unit: u32,
+    #[comptime] staggered: bool,
+) -> u32 {
+    if comptime!(staggered) {
+        role.lane + ((t + (role.row / 8) % 2) % cols_per_unit) * lanes
+    } else {
+        role.lane + t * lanes
+    }
+}
+
 /// The second half of [`softmax_block`]: P against the running max written to `p_tile`, the
-/// row sum over its units (one cube sync, after which P is visible to all units) added.
+/// row sum over its units (one cube sync, after which P is visible to all units) added. Logit
+/// `t` belongs to column [`unit_column`]`(t)`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn block_probabilities<P: Float>(
@@ -179,13 +202,14 @@ pub(crate) fn block_probabilities<P: Float>(
     #[comptime] masked_pass: bool,
     #[comptime] precise: bool,
     #[comptime] dropout: bool,
+    #[comptime] staggered: bool,
 ) {
     let p_row = (role.row * p_cols) as usize;
     let mut local_sum = 0.0f32;
     #[unroll]
     for t in 0..cols_per_unit {
         let p = softmax.probability(logits[t as usize], masked_pass, precise);
-        let col = role.lane + t * lanes;
+        let col = unit_column(role, t, lanes, cols_per_unit, staggered);
         let mut dropped = p;
         if comptime!(dropout) {
             dropped *= dropout_factor(role.read_row, kv_start + col, params);

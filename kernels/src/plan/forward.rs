@@ -12,8 +12,8 @@ use crate::problem::{AttentionProblem, FloatKind};
 use super::device::DeviceCaps;
 use super::mma_blocks;
 use super::{
-    Layout, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS, MATRIX_VECTOR_LOADS, Tuning,
-    prefetch_registers,
+    Layout, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS, MATRIX_STAGGERED, MATRIX_VECTOR_LOADS,
+    Tuning, prefetch_registers,
 };
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
@@ -238,7 +238,8 @@ pub fn forward(
                     && tuning.matrix_prefetch.unwrap_or(MATRIX_PREFETCH)
                     && prefetch_registers(problem.dtype, config.block_kv, inner, config.units())
                         <= MATRIX_PREFETCH_REGISTERS.0;
-                let config = MatrixConfig { vector_loads, prefetch, ..config };
+                let staggered = tuning.matrix_staggered.unwrap_or(MATRIX_STAGGERED);
+                let config = MatrixConfig { vector_loads, prefetch, staggered, ..config };
                 (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
             }
             (Err(error), Some(_)) => return Err(error),
@@ -366,6 +367,7 @@ fn matrix_config(
             padded,
             vector_loads: false,
             prefetch: false,
+            staggered: false,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

@@ -120,6 +120,9 @@ pub struct Tuning {
     /// registers, while the previous block computes (with vector loads, where the registers
     /// stay within [`MATRIX_PREFETCH_REGISTERS`]); `None`: [`MATRIX_PREFETCH`].
     pub matrix_prefetch: Option<bool>,
+    /// Whether the matrix forward staggers the column walk of rows 8-15 of every plane
+    /// ([`crate::config::MatrixConfig::staggered`]); `None`: [`MATRIX_STAGGERED`].
+    pub matrix_staggered: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -185,6 +188,11 @@ impl Tuning {
 
     pub fn with_matrix_prefetch(mut self, prefetch: Option<bool>) -> Self {
         self.matrix_prefetch = prefetch;
+        self
+    }
+
+    pub fn with_matrix_staggered(mut self, staggered: Option<bool>) -> Self {
+        self.matrix_staggered = staggered;
         self
     }
 
@@ -262,6 +270,13 @@ pub const MATRIX_VECTOR_LOADS: bool = true;
 /// pipe 80 % busy in the forward), not on global loads, and the held block costs registers
 /// (below). Kept as an option for devices where global latency binds.
 pub const MATRIX_PREFETCH: bool = false;
+
+/// Whether the matrix forward staggers rows 8-15's column walk ([`Tuning::matrix_staggered`]).
+/// Off until measured. Nsight Compute on an H100 (benches/RESULTS.md, 2026-12-06) found the
+/// matrix forward bound by its shared-memory pipe, with 2-way bank conflicts where, by the tiles'
+/// layout (rows padded by 16 bytes), S's reads and P's stores of rows r and r + 8 meet in one
+/// bank; staggered, they fall in different banks. Not yet run on a GPU.
+pub const MATRIX_STAGGERED: bool = false;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),

@@ -190,9 +190,11 @@ pub fn stream_ahead<E: Float, N: Size>(
     span: &BlockSpan,
     #[comptime] shape: RowStreamShape,
 ) {
+    // A comptime branch around a run-time one (cubecl cannot join the two conditions).
     if comptime!(shape.prefetch) {
-        if block + 1 < span.end {
-            fetch_both::<E, N>(stream, source, (block + 1) * shape.rows, shape);
+        let next = block + 1;
+        if next < span.end {
+            fetch_both::<E, N>(stream, source, next * shape.rows, shape);
         }
     }
 }

@@ -31,8 +31,9 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_MATRIX_STAND_IN=1`, the matrix kernels' scalar stand-in where the device has no
 /// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles, with
 /// `BURN_FLASH_MATRIX_VECTORS=false` reading their inputs element by element (not in 16-byte
-/// vectors where they can, the default), with `BURN_FLASH_MATRIX_PREFETCH=false` loading each
-/// streamed block when it is needed (not one block ahead, the default); the
+/// vectors where they can, the default), with `BURN_FLASH_MATRIX_PREFETCH=true` fetching each
+/// streamed block one block ahead (off by default), with `BURN_FLASH_MATRIX_STAGGERED=true`
+/// staggering the matrix forward's rows 8-15 (off by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -43,6 +44,7 @@ pub fn tuning() -> Tuning {
     let f32_tiles = std::env::var("BURN_FLASH_MATRIX_F32_TILES").is_ok_and(|value| value == "1");
     let vectors = parsed_env("BURN_FLASH_MATRIX_VECTORS");
     let prefetch = parsed_env("BURN_FLASH_MATRIX_PREFETCH");
+    let staggered = parsed_env("BURN_FLASH_MATRIX_STAGGERED");
     let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
     let dq = parsed_env("BURN_FLASH_DQ");
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
@@ -60,6 +62,7 @@ pub fn tuning() -> Tuning {
         .with_matrix_f32_tiles(f32_tiles)
         .with_matrix_vector_loads(vectors)
         .with_matrix_prefetch(prefetch)
+        .with_matrix_staggered(staggered)
         .with_forward_path(forward_path)
 }
 
