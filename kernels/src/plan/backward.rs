@@ -304,10 +304,9 @@ pub fn gradient(
         let vector_loads =
             tuning.matrix_vector_loads.unwrap_or(super::MATRIX_VECTOR_LOADS) && !config.stand_in;
         // The streamed block: Q and dO rows for dK/dV, K and V rows for dQ.
-        let dims = [config.head_dim_tile(), config.val_dim_tile()];
         let prefetch = vector_loads
             && tuning.matrix_prefetch.unwrap_or(super::MATRIX_PREFETCH)
-            && super::prefetch_registers(problem.dtype, config.inner_rows(), dims, config.units())
+            && super::prefetch_registers(problem.dtype, config.inner_stream())
                 <= super::MATRIX_PREFETCH_REGISTERS.1;
         let config = MatrixGradientConfig { vector_loads, prefetch, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));

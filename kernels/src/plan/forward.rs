@@ -233,10 +233,9 @@ pub fn forward(
                 // The stand-in runs on WGPU, which has no vector view of shared memory.
                 let vector_loads =
                     tuning.matrix_vector_loads.unwrap_or(MATRIX_VECTOR_LOADS) && !config.stand_in;
-                let inner = [config.head_dim_tile(), config.val_dim_tile()];
                 let prefetch = vector_loads
                     && tuning.matrix_prefetch.unwrap_or(MATRIX_PREFETCH)
-                    && prefetch_registers(problem.dtype, config.block_kv, inner, config.units())
+                    && prefetch_registers(problem.dtype, config.kv_stream())
                         <= MATRIX_PREFETCH_REGISTERS.0;
                 let staggered = tuning.matrix_staggered.unwrap_or(MATRIX_STAGGERED);
                 let config = MatrixConfig { vector_loads, prefetch, staggered, ..config };

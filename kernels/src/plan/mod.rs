@@ -22,6 +22,7 @@ use cubecl::prelude::*;
 use crate::config::ForwardPath;
 use crate::error::FlashError;
 use crate::primitives::chunk_io::CHUNK;
+use crate::primitives::row_stream::RowStreamShape;
 use crate::primitives::tile_io::LOAD_BYTES;
 use crate::problem::{AttentionProblem, FloatKind};
 
@@ -286,12 +287,13 @@ pub const MATRIX_STAGGERED: bool = false;
 /// without it, so it gets none. On gfx942 three variants spill with it (docs/HIP.md).
 pub const MATRIX_PREFETCH_REGISTERS: (u32, u32) = (64, 32);
 
-/// 32-bit registers per unit that hold `rows` rows of `dims` (padded) columns of `dtype` in
-/// 16-byte vectors, one tile per dim, dealt over `units` units: what fetching them ahead costs.
-pub(crate) fn prefetch_registers(dtype: FloatKind, rows: u32, dims: [u32; 2], units: u32) -> u32 {
+/// 32-bit registers per unit that hold one block of `stream` (both tensors' rows of `dtype`,
+/// padded to their tiles' dims, in 16-byte vectors dealt over its units): what fetching it
+/// ahead costs.
+pub(crate) fn prefetch_registers(dtype: FloatKind, stream: RowStreamShape) -> u32 {
     let per_vector = (LOAD_BYTES / dtype.size()) as u32;
-    let vectors: u32 = dims.iter().map(|dim| (rows * dim / per_vector).div_ceil(units)).sum();
-    vectors * (LOAD_BYTES / 4) as u32
+    let vectors = |dim: u32| (stream.rows * dim / per_vector).div_ceil(stream.units);
+    (vectors(stream.first.dim_tile) + vectors(stream.second.dim_tile)) * (LOAD_BYTES / 4) as u32
 }
 
 /// The one-pass backward's f32 per dQ atomic request, widest first
