@@ -8,7 +8,7 @@ use burn_flash_attn_kernels::plan::{
     self, BackwardPlan, DeviceCaps, ForwardPlan, GradientPlan, Layout, MmaBlocks, Tuning,
 };
 use burn_flash_attn_kernels::backward::BackwardKernel;
-use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, FloatKind, ForwardPath};
 use cubecl::ir::DeviceProperties;
 
 /// The runtime name the simulated devices are planned under (only HIP names change a plan).
@@ -168,4 +168,27 @@ pub fn launch_backward_with<R: cubecl::Runtime>(
     let plan = plan::backward::backward(&DeviceCaps::of(client), problem, layout, tuning)?;
     burn_flash_attn_kernels::backward::flash_attention_backward(client, problem, &plan, tensors)?;
     Ok(plan)
+}
+
+/// The planner tests' problem: 2 x 8 heads, 1000 causal queries and keys, `head_dim` wide.
+pub fn planner_problem(dtype: FloatKind, head_dim: usize) -> AttentionProblem {
+    AttentionProblem {
+        batch: 2,
+        num_heads: 8,
+        num_kv_heads: 8,
+        seq_q: 1000,
+        seq_kv: 1000,
+        head_dim,
+        val_dim: head_dim,
+        dtype,
+        scale: AttentionProblem::default_scale(head_dim),
+        softcap: None,
+        causal: true,
+        mask: None,
+        has_bias: false,
+        quiet_softmax: false,
+        window: None,
+        alibi: false,
+        dropout: None,
+    }
 }

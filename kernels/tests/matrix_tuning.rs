@@ -1,0 +1,111 @@
+//! The matrix kernels' tuning options as the planner applies them, on MI300X and H200
+//! properties built on the test client: 16-byte vector loads, the next block fetched ahead
+//! within its register budget, the forward's staggered rows.
+mod support;
+
+use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Tuning};
+use burn_flash_attn_kernels::{FloatKind, ForwardConfig, ForwardPath};
+use cubecl::ir::DeviceProperties;
+
+use support::planning::planner_problem as problem;
+use support::{h200, mi300x, planning};
+
+#[test]
+fn matrix_plans_read_in_vectors_unless_the_tuning_turns_it_off() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let caps_of = |props: &DeviceProperties, runtime: &'static str| (props.clone(), runtime);
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [caps_of(&h200, planning::SIMULATED), caps_of(&mi300x, "hip")] {
+        let caps = DeviceCaps::new(&props, runtime);
+        for (asked, vectors) in [(None, true), (Some(false), false), (Some(true), true)] {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_backward_path(Some(BackwardPath::Matrix))
+                .with_matrix_vector_loads(asked);
+            let case = problem(FloatKind::F16, 64);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            assert_eq!(config.vector_loads, vectors, "{runtime}: forward");
+            let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+            let backward = backward.expect("planned");
+            for gradient in [&backward.dkdv, &backward.dq] {
+                let GradientConfig::Matrix(config) = gradient.config else { panic!("{gradient}") };
+                assert_eq!(config.vector_loads, vectors, "{runtime}: {gradient}");
+            }
+        }
+    }
+}
+
+#[test]
+fn matrix_plans_fetch_ahead_where_the_registers_allow() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan::{self, MATRIX_PREFETCH_REGISTERS};
+    use burn_flash_attn_kernels::primitives::row_stream::RowStreamShape;
+    // 32-bit registers per unit that hold one streamed block of 16-byte vectors of 2-byte
+    // elements (8 per vector).
+    let registers = |shape: RowStreamShape| {
+        let vectors = |dim: u32| (shape.rows * dim / 8).div_ceil(shape.units);
+        (vectors(shape.first.dim_tile) + vectors(shape.second.dim_tile)) * 4
+    };
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        for head_dim in [32, 64, 128] {
+            // Asked for (with vector loads) it is planned where it fits; off by default, when
+            // turned off and without vector loads.
+            let on = Some(true);
+            let cases = [(on, None), (None, None), (Some(false), None), (on, Some(false))];
+            for (prefetch, vectors) in cases {
+                let tuning = Tuning::default()
+                    .with_forward_path(Some(ForwardPath::Matrix))
+                    .with_backward_path(Some(BackwardPath::Matrix))
+                    .with_matrix_vector_loads(vectors)
+                    .with_matrix_prefetch(prefetch);
+                let asked = prefetch == Some(true) && vectors.is_none();
+                let case = problem(FloatKind::F16, head_dim);
+                let what = format!("{runtime}, head dim {head_dim}, {prefetch:?}, {vectors:?}");
+                let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+                let ForwardConfig::Matrix(config) = forward.expect("planned").config else {
+                    panic!("{what}")
+                };
+                let fits = registers(config.kv_stream()) <= MATRIX_PREFETCH_REGISTERS.0;
+                assert_eq!(config.prefetch, asked && fits, "{what}: forward");
+                assert_eq!(config.kv_stream().prefetch, config.prefetch, "{what}");
+                let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+                let backward = backward.expect("planned");
+                for gradient in [&backward.dkdv, &backward.dq] {
+                    let GradientConfig::Matrix(config) = gradient.config else { panic!("{what}") };
+                    let fits = registers(config.inner_stream()) <= MATRIX_PREFETCH_REGISTERS.1;
+                    assert_eq!(config.prefetch, asked && fits, "{what}: {gradient}");
+                    // Head dim 64 (GPT-2's): every matrix kernel can fetch ahead.
+                    assert!(config.prefetch || !asked || head_dim != 64, "{what}: {gradient}");
+                }
+                assert!(config.prefetch || !asked || head_dim != 64, "{what}: forward");
+            }
+        }
+    }
+}
+
+#[test]
+fn matrix_forward_staggers_its_rows_only_when_asked() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        for (asked, staggered) in [(None, false), (Some(false), false), (Some(true), true)] {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_matrix_staggered(asked);
+            let case = problem(FloatKind::F16, 64);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            assert_eq!(config.staggered, staggered, "{runtime}: {asked:?}");
+        }
+    }
+}
