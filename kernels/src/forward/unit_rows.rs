@@ -4,7 +4,7 @@
 //! registers instead: see [`super::mma`].)
 use cubecl::prelude::*;
 
-use crate::config::SplitsRows;
+use crate::config::{MATRIX_TILE, SplitsRows};
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::dropout::dropout_factor;
@@ -177,7 +177,9 @@ pub(crate) fn unit_column(
     #[comptime] staggered: bool,
 ) -> u32 {
     if comptime!(staggered) {
-        role.lane + ((t + (role.row / 8) % 2) % cols_per_unit) * lanes
+        // Half a plane's 16 rows: rows 8-15 step one column later.
+        let half = comptime!(MATRIX_TILE / 2);
+        role.lane + ((t + (role.row / half) % 2) % cols_per_unit) * lanes
     } else {
         role.lane + t * lanes
     }
