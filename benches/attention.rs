@@ -21,10 +21,13 @@
 //! kernels' inputs read in 16-byte vectors (`Tuning::matrix_vector_loads`),
 //! `--matrix-prefetch=true|false` for their streamed blocks fetched one block ahead
 //! (`Tuning::matrix_prefetch`), `--matrix-staggered=true|false` for the matrix forward's rows
-//! 8-15 walking their columns one step later (`Tuning::matrix_staggered`); `BURN_FLASH_MMA` /
+//! 8-15 walking their columns one step later (`Tuning::matrix_staggered`),
+//! `--matrix-plane-softmax=true|false` for its softmax kept in each plane
+//! (`Tuning::matrix_plane_softmax`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` / `BURN_FLASH_MATRIX_VECTORS`
-//! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` in the environment are read as
+//! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
+//! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` in the environment are read as
 //! the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
@@ -310,6 +313,11 @@ fn main() {
             &args,
             "matrix-staggered",
             "BURN_FLASH_MATRIX_STAGGERED",
+        ))
+        .with_matrix_plane_softmax(parsed_arg(
+            &args,
+            "matrix-plane-softmax",
+            "BURN_FLASH_MATRIX_PLANE_SOFTMAX",
         ));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");

@@ -27,6 +27,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_vector_loads: None,
     matrix_prefetch: None,
     matrix_staggered: None,
+    matrix_plane_softmax: None,
     rolled_steps: None,
     async_copy: None,
 });

@@ -240,3 +240,41 @@ fn matrix_kernels_fetch_the_next_block_ahead_where_asked() {
         }
     }
 }
+
+/// Where the matrix forward keeps its softmax in the plane (`Tuning::matrix_plane_softmax`, on
+/// CUDA: plane shuffles and `__syncwarp`), the rows' maxima and sums are warp shuffles and the
+/// rescale of O a warp vote, and each key/value block synchronizes the cube twice instead of
+/// five times (K / V stored, S stored, the maxima, the sums, the block done), and its rare
+/// rescale of O the plane alone (two syncs): the kernel has five `__syncthreads` fewer in each
+/// of its two block passes (the unmasked and the masked one).
+#[test]
+fn matrix_forward_keeps_its_softmax_in_the_plane_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let case = problem(FloatKind::BF16, 64, 64, 203, 203);
+    let tuned = |on| {
+        let tuning = planning::tuning()
+            .with_forward_path(Some(ForwardPath::Matrix))
+            .with_matrix_plane_softmax(Some(on));
+        let caps = DeviceCaps::new(&props, planning::SIMULATED);
+        let plan = planning::forward_plan_tuned(&caps, &case, Layout::CHUNKED, &tuning);
+        let plan = plan.expect("planned");
+        let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+        config
+    };
+    let (plane, cube) = (tuned(true), tuned(false));
+    assert!(plane.plane_shuffles && plane.plane_sync, "CUDA has plane shuffles and syncs");
+    assert!(!cube.plane_shuffles && !cube.plane_sync);
+    assert!(plane.shared_memory_bytes() < cube.shared_memory_bytes(), "no partials");
+    let (in_plane, _) = matrix_source::<half::bf16, u32>(&client, plane, 8);
+    let (through_shared, _) = matrix_source::<half::bf16, u32>(&client, cube, 8);
+    dump("matrix_BF16_hd64_plane_softmax.cu", &in_plane);
+    dump("matrix_BF16_hd64_shared_softmax.cu", &through_shared);
+    for call in ["__shfl_xor_sync", "__any_sync", "__syncwarp"] {
+        assert!(in_plane.contains(call), "plane softmax: no {call}");
+        assert!(!through_shared.contains(call), "through shared memory: {call}");
+    }
+    let syncs = |source: &str| source.matches("__syncthreads").count();
+    println!("__syncthreads: {} in the plane, {} through shared memory", syncs(&in_plane), syncs(&through_shared));
+    assert_eq!(syncs(&through_shared) - syncs(&in_plane), 2 * 5, "five cube syncs fewer a pass");
+}

@@ -49,6 +49,14 @@ pub struct MatrixConfig {
     /// shared-memory banks do not read S or write P in the same bank at once
     /// ([`crate::plan::Tuning::matrix_staggered`]).
     pub staggered: bool,
+    /// The softmax's row maxima and sums across a row's units (adjacent units of one plane) by
+    /// plane shuffles, not through shared memory and cube syncs
+    /// ([`crate::plan::Tuning::matrix_plane_softmax`], where the device has plane operations).
+    pub plane_shuffles: bool,
+    /// With `plane_shuffles`: the plane hands S to its units and P back to its fragments with
+    /// plane syncs, and decides the rescale of its O by a plane vote, so that only K and V
+    /// synchronize the cube (where the device has plane syncs).
+    pub plane_sync: bool,
 }
 
 impl MatrixConfig {
@@ -120,11 +128,17 @@ impl MatrixConfig {
         self.val_dim_tile() + self.pad(F32_BYTES as u32)
     }
 
+    /// f32 per partial-statistics tile (maxima, sums): one per unit, or with `plane_shuffles`
+    /// only the cube's rescale flag (in the maxima's tile).
+    pub fn partials(&self) -> u32 {
+        if self.plane_shuffles { 1 } else { self.units() }
+    }
+
     /// Shared memory the kernel declares, in bytes.
     pub fn shared_memory_bytes(&self) -> usize {
         let (bq, bkv) = (self.block_q as usize, self.block_kv as usize);
         let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
-        let partials = 2 * bq * self.units_per_row() as usize * F32_BYTES;
+        let partials = self.partials() as usize * 2 * F32_BYTES;
         let staged = (bq * dk + bkv * dk + bkv * dv + bq * self.prob_stride() as usize) * self.elem_bytes as usize;
         let f32_tiles = bq * (self.score_stride() + self.out_stride()) as usize * F32_BYTES;
         staged + f32_tiles + partials

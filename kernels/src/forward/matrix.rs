@@ -21,8 +21,11 @@
 //! P rounded to f32 instead of the dtype, on the f32 cmma of gfx942 with rocWMMA).
 //!
 //! Needs (with [`Cmma`]) a registered cmma config for (T, T, f32, 16x16x16) and a plane size
-//! that is a multiple of 16; `plan` never picks it otherwise. Synchronization is cube-wide only
-//! (`sync_plane` does not compile on HIP), and control flow is uniform across the cube.
+//! that is a multiple of 16; `plan` never picks it otherwise. A plane's S, P and O are its own:
+//! only K and V are shared by the cube. With `MatrixConfig::plane_shuffles` the rows' maxima and
+//! sums are plane shuffles; with `plane_sync` too (CUDA: `sync_plane` does not compile on HIP)
+//! S and P pass within the plane and each plane decides its O's rescale by a vote, two cube
+//! syncs a block. Control flow is uniform across the cube, with `plane_sync` across each plane.
 use cubecl::prelude::*;
 
 use crate::config::{MATRIX_TILE, MatrixConfig};
@@ -37,7 +40,7 @@ use core::marker::PhantomData;
 
 use super::ForwardArgs;
 use super::unit_rows::{
-    BlockStep, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
+    BlockStep, RowUnits, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
 };
 
 /// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
@@ -172,8 +175,8 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
                 comptime!((config.block_q * config.out_stride()) as usize),
                 CMMA_ALIGN,
             ),
-            partial_max: SharedMemory::new(units as usize),
-            partial_sum: SharedMemory::new(units as usize),
+            partial_max: SharedMemory::new(comptime!(config.partials() as usize)),
+            partial_sum: SharedMemory::new(comptime!(config.partials() as usize)),
             o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
             kv: row_stream::<F, N>(q, comptime!(config.kv_stream())),
         };
@@ -261,14 +264,22 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
                 config.plane_size,
             );
         }
-        sync_cube();
+        // With shuffles but cube syncs, the rescale flag has its own word (`partial_max[0]`),
+        // cleared here: after the K / V sync, which every read of the previous block's flag
+        // precedes, and before the S sync, which every unit passes before it sets the flag.
+        if comptime!(config.plane_shuffles && !config.plane_sync) && UNIT_POS == 0 {
+            tiles.partial_max[0] = 0.0f32;
+        }
+        // S is this plane's alone: with `plane_sync` the plane hands it to its units by itself.
+        sync_rows(config.plane_sync);
 
         // Logits of this unit's columns, then the online softmax; P goes to shared memory in T.
+        let units = comptime!(row_units(&config));
         let mut logits = Array::<f32>::new(comptime!(config.kv_cols_per_unit() as usize));
         let s_row = (role.row * score_stride) as usize;
         #[unroll]
         for t in 0..config.kv_cols_per_unit() {
-            let col = unit_column(role, t, lanes, config.kv_cols_per_unit(), config.staggered);
+            let col = unit_column(role, t, units);
             let dot = tiles.s[s_row + col as usize];
             logits[t as usize] = score::<F, M>(
                 dot,
@@ -282,14 +293,14 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
                 masked_pass,
             );
         }
-        // The cube's rescale flag lives in `s[0]`, which needs no shared memory of its own (at
-        // head dim 128 an MI300X's 64 KiB hold the tiles with no byte to spare): S's element
-        // (0, 0) is read by unit 0 alone (row 0, lane 0, its first column; row 0 is never
-        // staggered), so unit 0 clears the flag once it has its logits; units set it only after
-        // `block_alpha`'s sync, which every read of S precedes, and read it after
+        // Without shuffles the cube's rescale flag lives in `s[0]`, which needs no shared
+        // memory of its own (at head dim 128 an MI300X's 64 KiB hold the tiles with no byte to
+        // spare): S's element (0, 0) is read by unit 0 alone (row 0, lane 0, its first column;
+        // row 0 is never staggered), so unit 0 clears the flag once it has its logits; units set
+        // it only after `block_alpha`'s sync, which every read of S precedes, and read it after
         // `block_probabilities`' sync; the next block's S stores come after its first sync,
         // which every read of the flag precedes.
-        if UNIT_POS == 0 {
+        if comptime!(!config.plane_shuffles) && UNIT_POS == 0 {
             tiles.s[0] = 0.0f32;
         }
         // O stays in the planes' fragments, which only a round trip through shared memory can
@@ -304,13 +315,17 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             softmax,
             &mut tiles.partial_max.to_slice_mut(),
             role,
-            config.kv_cols_per_unit(),
-            lanes,
+            units,
             config.precise_math,
             lazy,
         );
-        if holds_mass && alpha != 1.0f32 {
-            tiles.s[0] = 1.0f32;
+        let moved = holds_mass && alpha != 1.0f32;
+        if comptime!(!config.plane_sync) && moved {
+            if comptime!(config.plane_shuffles) {
+                tiles.partial_max[0] = 1.0f32;
+            } else {
+                tiles.s[0] = 1.0f32;
+            }
         }
         block_probabilities::<T>(
             &logits,
@@ -320,26 +335,37 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             role,
             params,
             kv_start,
-            config.kv_cols_per_unit(),
-            lanes,
+            units,
             prob_stride,
             masked_pass,
             config.precise_math,
             config.score.dropout,
-            config.staggered,
         );
+        // Without shuffles `block_probabilities` synchronized the cube; with them P (the plane's
+        // own, as S) is handed to the fragments here.
+        if comptime!(config.plane_shuffles) {
+            sync_rows(config.plane_sync);
+        }
 
-        // The flag is the same for the whole cube after `block_probabilities`' sync.
-        if tiles.s[0] != 0.0f32 {
+        // Whether this plane's O moves: with `plane_sync` the plane's vote (each plane decides
+        // for itself), else the cube's flag, the same for every unit after the sync above.
+        let rescale = if comptime!(config.plane_sync) {
+            plane_any(moved)
+        } else if comptime!(config.plane_shuffles) {
+            tiles.partial_max[0] != 0.0f32
+        } else {
+            tiles.s[0] != 0.0f32
+        };
+        if rescale {
             // O = alpha O, row by row, through this plane's rows of the staging tile.
-            stage_o::<F, T, Mm, N>(tiles, plane_row, config);
+            stage_o::<F, T, Mm, N>(tiles, plane_row, config.plane_sync, config);
             let at = (role.row * out_stride + role.lane) as usize;
             #[unroll]
             for c in 0..config.out_cols_per_unit() {
                 let e = at + (c * lanes) as usize;
                 tiles.o_stage[e] = tiles.o_stage[e] * alpha;
             }
-            sync_cube();
+            sync_rows(config.plane_sync);
             #[unroll]
             for n in 0..comptime!(dv / MATRIX_TILE) {
                 let from = (plane_row * out_stride + n * MATRIX_TILE) as usize;
@@ -383,7 +409,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         #[comptime] config: MatrixConfig,
     ) {
         let lanes = comptime!(config.units_per_row());
-        stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, config);
+        stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, false, config);
         let at = (role.row * config.out_stride() + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
@@ -392,12 +418,13 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
     }
 }
 
-/// Stores this plane's O fragments into its rows of the staging tile (every plane of the cube
-/// calls it: it synchronizes the cube after).
+/// Stores this plane's O fragments into its rows of the staging tile and synchronizes the
+/// plane (`plane`), or the cube (every plane of it must call it then).
 #[cube]
 fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
     tiles: &mut Tiles<F, T, Mm, N>,
     plane_row: u32,
+    #[comptime] plane: bool,
     #[comptime] config: MatrixConfig,
 ) {
     let out_stride = comptime!(config.out_stride());
@@ -411,5 +438,25 @@ fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
             config.plane_size,
         );
     }
-    sync_cube();
+    sync_rows(plane);
+}
+
+/// Synchronizes the plane (`plane`: its units and fragments only) or the whole cube.
+#[cube]
+fn sync_rows(#[comptime] plane: bool) {
+    if comptime!(plane) {
+        sync_plane();
+    } else {
+        sync_cube();
+    }
+}
+
+/// How the matrix forward splits a row's block of S over its units.
+fn row_units(config: &MatrixConfig) -> RowUnits {
+    RowUnits {
+        lanes: config.units_per_row(),
+        cols_per_unit: config.kv_cols_per_unit(),
+        staggered: config.staggered,
+        shuffles: config.plane_shuffles,
+    }
 }

@@ -9,7 +9,7 @@ use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first}
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::dropout::dropout_factor;
 use crate::primitives::online_softmax::OnlineSoftmax;
-use crate::primitives::row_reduce::{row_max, row_sum};
+use crate::primitives::row_reduce::{plane_row_max, plane_row_sum, row_max, row_sum};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::primitives::tile_io::{HeadView, head_view};
 
@@ -105,16 +105,8 @@ pub(crate) fn softmax_block<P: Float>(
     #[comptime] precise: bool,
     #[comptime] dropout: bool,
 ) -> f32 {
-    let alpha = block_alpha(
-        logits,
-        softmax,
-        partial_max,
-        role,
-        cols_per_unit,
-        lanes,
-        precise,
-        false,
-    );
+    let units = comptime!(RowUnits::plain(lanes, cols_per_unit));
+    let alpha = block_alpha(logits, softmax, partial_max, role, units, precise, false);
     block_probabilities::<P>(
         logits,
         softmax,
@@ -123,38 +115,61 @@ pub(crate) fn softmax_block<P: Float>(
         role,
         params,
         kv_start,
-        cols_per_unit,
-        lanes,
+        units,
         p_cols,
         masked_pass,
         precise,
         dropout,
-        false,
     );
     alpha
 }
 
-/// The first half of [`softmax_block`]: the row's block max over its units (one cube sync),
-/// the running max moved (lazily with `lazy`, see [`OnlineSoftmax::rescale_lazy`]) and the
-/// sum rescaled. Returns `alpha`.
+/// How a query row's columns of one block split over the row's units.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct RowUnits {
+    /// Units sharing the row.
+    pub lanes: u32,
+    /// Columns of the block each unit takes (see [`unit_column`]).
+    pub cols_per_unit: u32,
+    /// Rows 8-15 of every 16 walk their columns one step later ([`unit_column`]; the matrix
+    /// path's [`crate::config::MatrixConfig::staggered`]).
+    pub staggered: bool,
+    /// The row's units reduce by plane shuffles, without shared memory or a sync (the matrix
+    /// path's [`crate::config::MatrixConfig::plane_shuffles`]), not through `partials`.
+    pub shuffles: bool,
+}
+
+impl RowUnits {
+    /// `lanes` units of `cols_per_unit` columns each, unstaggered, reducing through shared
+    /// memory.
+    pub fn plain(lanes: u32, cols_per_unit: u32) -> Self {
+        Self { lanes, cols_per_unit, staggered: false, shuffles: false }
+    }
+}
+
+/// The first half of [`softmax_block`]: the row's block max over its units (one cube sync,
+/// none with `units.shuffles`), the running max moved (lazily with `lazy`, see
+/// [`OnlineSoftmax::rescale_lazy`]) and the sum rescaled. Returns `alpha`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn block_alpha(
     logits: &Array<f32>,
     softmax: &mut OnlineSoftmax,
     partial_max: &mut Slice<f32, ReadWrite>,
     role: UnitRole,
-    #[comptime] cols_per_unit: u32,
-    #[comptime] lanes: u32,
+    #[comptime] units: RowUnits,
     #[comptime] precise: bool,
     #[comptime] lazy: bool,
 ) -> f32 {
     let mut local_max = logits[0];
     #[unroll]
-    for t in 1..cols_per_unit {
+    for t in 1..units.cols_per_unit {
         local_max = max(local_max, logits[t as usize]);
     }
-    let block_max = row_max(partial_max, local_max, role.row, role.lane, lanes);
+    let block_max = if comptime!(units.shuffles) {
+        plane_row_max(local_max, units.lanes)
+    } else {
+        row_max(partial_max, local_max, role.row, role.lane, units.lanes)
+    };
     if comptime!(lazy) {
         softmax.rescale_lazy(block_max, precise)
     } else {
@@ -163,31 +178,26 @@ pub(crate) fn block_alpha(
 }
 
 /// The column of a block that this unit's `t`-th logit belongs to: `lane + t * lanes`, each unit
-/// of a row taking every `lanes`-th column. `staggered` (the matrix path's
-/// [`crate::config::MatrixConfig::staggered`]): rows 8-15 of every 16 walk their columns one
+/// of a row taking every `lanes`-th column. `units.staggered`: rows 8-15 of every 16 walk their columns one
 /// step later (`t + 1`, the last wrapping to the first), the same set in another order, so
 /// that where 16 rows of 2 units share a 32-bank access the rows `r` and `r + 8`, whose padded
 /// starts fall on the same bank, read S and write P in different banks.
 #[cube]
-pub(crate) fn unit_column(
-    role: UnitRole,
-    t: u32,
-    #[comptime] lanes: u32,
-    #[comptime] cols_per_unit: u32,
-    #[comptime] staggered: bool,
-) -> u32 {
-    if comptime!(staggered) {
+pub(crate) fn unit_column(role: UnitRole, t: u32, #[comptime] units: RowUnits) -> u32 {
+    let lanes = units.lanes;
+    if comptime!(units.staggered) {
         // Half a plane's 16 rows: rows 8-15 step one column later.
         let half = comptime!(MATRIX_TILE / 2);
-        role.lane + ((t + (role.row / half) % 2) % cols_per_unit) * lanes
+        role.lane + ((t + (role.row / half) % 2) % units.cols_per_unit) * lanes
     } else {
         role.lane + t * lanes
     }
 }
 
 /// The second half of [`softmax_block`]: P against the running max written to `p_tile`, the
-/// row sum over its units (one cube sync, after which P is visible to all units) added. Logit
-/// `t` belongs to column [`unit_column`]`(t)`.
+/// row sum over its units (one cube sync, after which P is visible to all units) added. With
+/// `units.shuffles` there is no sync: the caller makes P visible. Logit `t` belongs to column
+/// [`unit_column`]`(t)`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn block_probabilities<P: Float>(
@@ -198,20 +208,18 @@ pub(crate) fn block_probabilities<P: Float>(
     role: UnitRole,
     params: &ScoreParams,
     kv_start: u32,
-    #[comptime] cols_per_unit: u32,
-    #[comptime] lanes: u32,
+    #[comptime] units: RowUnits,
     #[comptime] p_cols: u32,
     #[comptime] masked_pass: bool,
     #[comptime] precise: bool,
     #[comptime] dropout: bool,
-    #[comptime] staggered: bool,
 ) {
     let p_row = (role.row * p_cols) as usize;
     let mut local_sum = 0.0f32;
     #[unroll]
-    for t in 0..cols_per_unit {
+    for t in 0..units.cols_per_unit {
         let p = softmax.probability(logits[t as usize], masked_pass, precise);
-        let col = unit_column(role, t, lanes, cols_per_unit, staggered);
+        let col = unit_column(role, t, units);
         let mut dropped = p;
         if comptime!(dropout) {
             dropped *= dropout_factor(role.read_row, kv_start + col, params);
@@ -219,7 +227,11 @@ pub(crate) fn block_probabilities<P: Float>(
         p_tile[p_row + col as usize] = P::cast_from(dropped);
         local_sum += p;
     }
-    let block_sum = row_sum(partial_sum, local_sum, role.row, role.lane, lanes);
+    let block_sum = if comptime!(units.shuffles) {
+        plane_row_sum(local_sum, units.lanes)
+    } else {
+        row_sum(partial_sum, local_sum, role.row, role.lane, units.lanes)
+    };
     softmax.accumulate(block_sum);
 }
 

@@ -4,7 +4,7 @@
 //! LDS, wave64, cmma only with `hip-rocwmma` and only f16), H100/H200 (227 KiB, cmma and the
 //! register-level mma for f16/bf16, plane size 32).
 
-use cubecl::ir::features::{AtomicUsage, MmaConfig};
+use cubecl::ir::features::{AtomicUsage, MmaConfig, Plane};
 use cubecl::ir::{DeviceProperties, ElemType, FloatKind as IrFloatKind, HardwareProperties, StorageType};
 use cubecl::prelude::*;
 
@@ -63,6 +63,18 @@ impl<'a> DeviceCaps<'a> {
     /// Units of one plane (the largest the device may use).
     pub fn plane_size(&self) -> u32 {
         self.props.hardware.plane_size_max
+    }
+
+    /// Whether plane operations (shuffles, votes) exist: CUDA and HIP register them, WGPU only
+    /// on GPU adapters with subgroups (not lavapipe).
+    pub fn has_plane_ops(&self) -> bool {
+        self.props.features.plane.contains(Plane::Ops)
+    }
+
+    /// Whether a plane can synchronize alone (`sync_plane`): CUDA (`__syncwarp`) and Vulkan;
+    /// not HIP, where CubeCL 0.10 has no plane sync.
+    pub fn has_plane_sync(&self) -> bool {
+        self.props.features.plane.contains(Plane::Sync)
     }
 
     /// Whether `cp.async` copies into shared memory exist (the mma paths' streams).

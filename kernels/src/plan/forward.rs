@@ -12,7 +12,8 @@ use crate::problem::{AttentionProblem, FloatKind};
 use super::device::DeviceCaps;
 use super::mma_blocks;
 use super::{
-    Layout, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS, MATRIX_STAGGERED, MATRIX_VECTOR_LOADS,
+    Layout, MATRIX_PLANE_SOFTMAX, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS,
+    MATRIX_STAGGERED, MATRIX_VECTOR_LOADS,
     Tuning, prefetch_registers,
 };
 
@@ -238,7 +239,20 @@ pub fn forward(
                     && prefetch_registers(problem.dtype, config.kv_stream())
                         <= MATRIX_PREFETCH_REGISTERS.0;
                 let staggered = tuning.matrix_staggered.unwrap_or(MATRIX_STAGGERED);
-                let config = MatrixConfig { vector_loads, prefetch, staggered, ..config };
+                // The stand-in keeps its softmax in shared memory: it runs where planes have
+                // no operations (lavapipe).
+                let plane_shuffles = tuning.matrix_plane_softmax.unwrap_or(MATRIX_PLANE_SOFTMAX)
+                    && caps.has_plane_ops()
+                    && !config.stand_in;
+                let plane_sync = plane_shuffles && caps.has_plane_sync();
+                let config = MatrixConfig {
+                    vector_loads,
+                    prefetch,
+                    staggered,
+                    plane_shuffles,
+                    plane_sync,
+                    ..config
+                };
                 (ForwardConfig::Matrix(config), choice, BlockChoice::LargestFitting)
             }
             (Err(error), Some(_)) => return Err(error),
@@ -367,6 +381,8 @@ fn matrix_config(
             vector_loads: false,
             prefetch: false,
             staggered: false,
+            plane_shuffles: false,
+            plane_sync: false,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

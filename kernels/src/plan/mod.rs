@@ -124,6 +124,11 @@ pub struct Tuning {
     /// Whether the matrix forward staggers the column walk of rows 8-15 of every plane
     /// ([`crate::config::MatrixConfig::staggered`]); `None`: [`MATRIX_STAGGERED`].
     pub matrix_staggered: Option<bool>,
+    /// Whether the matrix forward keeps its softmax inside each plane where the device allows
+    /// ([`crate::config::MatrixConfig::plane_shuffles`] / [`crate::config::MatrixConfig::plane_sync`]):
+    /// row maxima and sums by plane shuffles instead of through shared memory and cube syncs;
+    /// `None`: [`MATRIX_PLANE_SOFTMAX`].
+    pub matrix_plane_softmax: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -194,6 +199,11 @@ impl Tuning {
 
     pub fn with_matrix_staggered(mut self, staggered: Option<bool>) -> Self {
         self.matrix_staggered = staggered;
+        self
+    }
+
+    pub fn with_matrix_plane_softmax(mut self, plane_softmax: Option<bool>) -> Self {
+        self.matrix_plane_softmax = plane_softmax;
         self
     }
 
@@ -278,6 +288,17 @@ pub const MATRIX_PREFETCH: bool = false;
 /// layout (rows padded by 16 bytes), S's reads and P's stores of rows r and r + 8 meet in one
 /// bank; staggered, they fall in different banks. Not yet run on a GPU.
 pub const MATRIX_STAGGERED: bool = false;
+
+/// Whether the matrix forward keeps its softmax inside each plane where the device allows
+/// ([`Tuning::matrix_plane_softmax`]). A plane's 16 query rows are its own: its S, P and O
+/// never leave it, only K and V are shared by the cube. Through shared memory, each key/value
+/// block synchronizes the whole cube five times (K / V stored, S stored, the rows' maxima,
+/// their sums, the block done); with plane shuffles the maxima and sums need none, and where
+/// the plane can synchronize alone (CUDA's `__syncwarp`; HIP has no plane sync in CubeCL 0.10)
+/// S and P are handed over within the plane and the rescale of O is the plane's own vote, two
+/// cube syncs a block. Off until measured on a GPU (no device without cmma takes it: the
+/// stand-in keeps shared memory, since lavapipe has no plane operations).
+pub const MATRIX_PLANE_SOFTMAX: bool = false;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),

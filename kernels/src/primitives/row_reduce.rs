@@ -1,8 +1,12 @@
-//! Row reductions across the units that share a query row, through shared memory (no plane
-//! operations: lavapipe does not advertise them and HIP's are wave64-specific).
+//! Row reductions across the units that share a query row: through shared memory (every unit
+//! of the cube must call [`row_max`] / [`row_sum`]: they synchronize the cube; lavapipe has no
+//! plane operations), or, where a row's units are adjacent units of one plane, by plane
+//! shuffles ([`plane_row_max`] / [`plane_row_sum`]: no shared memory, no sync; every unit of
+//! the plane must call them).
 //!
-//! Every unit of the cube must call these (they synchronize the cube). All units of a row read
-//! the partials in the same order, so they all get bit-identical results.
+//! Either way every unit of a row gets the bit-identical result: through shared memory all read
+//! the partials in the same order; by shuffles, each step combines two equal partial results
+//! (`a + b` on one unit is `b + a` on the other, bit for bit).
 use cubecl::prelude::*;
 
 /// Maximum of `value` over the `lanes` units of row `row`; `partials` holds one f32 per unit.
@@ -39,6 +43,30 @@ pub fn row_sum(
     let mut out = partials[first];
     for other in 1..lanes {
         out += partials[first + other as usize];
+    }
+    out
+}
+
+/// Maximum of `value` over the `lanes` units of its row, where a row's units are `lanes`
+/// adjacent units of one plane starting at a multiple of `lanes` (a power of two): a butterfly
+/// of `log2(lanes)` shuffles.
+#[cube]
+pub fn plane_row_max(value: f32, #[comptime] lanes: u32) -> f32 {
+    let mut out = value;
+    #[unroll]
+    for step in 0..comptime!(lanes.trailing_zeros()) {
+        out = max(out, plane_shuffle_xor(out, comptime!(1u32 << step)));
+    }
+    out
+}
+
+/// Sum of `value` over the `lanes` units of its row, as [`plane_row_max`].
+#[cube]
+pub fn plane_row_sum(value: f32, #[comptime] lanes: u32) -> f32 {
+    let mut out = value;
+    #[unroll]
+    for step in 0..comptime!(lanes.trailing_zeros()) {
+        out += plane_shuffle_xor(out, comptime!(1u32 << step));
     }
     out
 }

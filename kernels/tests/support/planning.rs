@@ -33,7 +33,9 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_MATRIX_VECTORS=false` reading their inputs element by element (not in 16-byte
 /// vectors where they can, the default), with `BURN_FLASH_MATRIX_PREFETCH=true` fetching each
 /// streamed block one block ahead (off by default), with `BURN_FLASH_MATRIX_STAGGERED=true`
-/// staggering the matrix forward's rows 8-15 (off by default); the
+/// staggering the matrix forward's rows 8-15 (off by default), with
+/// `BURN_FLASH_MATRIX_PLANE_SOFTMAX=true` keeping the matrix forward's softmax in each plane
+/// where the device has plane operations (off by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -45,6 +47,7 @@ pub fn tuning() -> Tuning {
     let vectors = parsed_env("BURN_FLASH_MATRIX_VECTORS");
     let prefetch = parsed_env("BURN_FLASH_MATRIX_PREFETCH");
     let staggered = parsed_env("BURN_FLASH_MATRIX_STAGGERED");
+    let plane_softmax = parsed_env("BURN_FLASH_MATRIX_PLANE_SOFTMAX");
     let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
     let dq = parsed_env("BURN_FLASH_DQ");
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
@@ -63,6 +66,7 @@ pub fn tuning() -> Tuning {
         .with_matrix_vector_loads(vectors)
         .with_matrix_prefetch(prefetch)
         .with_matrix_staggered(staggered)
+        .with_matrix_plane_softmax(plane_softmax)
         .with_forward_path(forward_path)
 }
 

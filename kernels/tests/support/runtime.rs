@@ -71,6 +71,9 @@ pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties
     let mut props = simulated_device(base, H200_PLANE_SIZE, H200_SHARED_MEMORY, &dtypes);
     // sm_90 copies global to shared memory asynchronously (cp.async): the planner streams by it.
     props.features.copy_async = true;
+    // Plane shuffles, votes and `__syncwarp`, as CubeCL's CUDA runtime registers them.
+    props.features.plane.insert(cubecl::ir::features::Plane::Ops);
+    props.features.plane.insert(cubecl::ir::features::Plane::Sync);
     // And adds 1, 2 and 4 f32 per atomic request (the one-pass backward's dQ), as CubeCL's CUDA
     // runtime registers them there.
     for width in [1, 2, 4] {
