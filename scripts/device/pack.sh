@@ -16,7 +16,8 @@ newest() {  # the newest executable cargo built for a target name
 cargo test -p burn-flash-attn-kernels --release --no-default-features --features cuda --no-run
 cargo test --test conformance --test nn --release --no-default-features --features cuda,fusion --no-run
 cargo bench --bench attention --no-run --no-default-features --features cuda,fusion
-for t in forward backward wave64 planner matrix_codegen mma_codegen conformance nn attention; do
+for t in forward backward wave64 planner matrix_codegen matrix_tuning mma_codegen conformance nn \
+  attention; do
   pack "$t" "$(newest "$t")"
 done
 du -sh .carry
