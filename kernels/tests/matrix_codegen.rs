@@ -278,3 +278,35 @@ fn matrix_forward_keeps_its_softmax_in_the_plane_where_asked() {
     println!("__syncthreads: {} in the plane, {} through shared memory", syncs(&in_plane), syncs(&through_shared));
     assert_eq!(syncs(&through_shared) - syncs(&in_plane), 2 * 5, "five cube syncs fewer a pass");
 }
+
+/// The gradient kernels with `Tuning::matrix_plane_softmax` on CUDA: each plane hands its
+/// strips of S / dP and P / dS over with `__syncwarp`, two cube syncs fewer per inner block
+/// (one in the one pass, whose dQ share reads every plane's dS).
+#[test]
+fn matrix_gradients_hand_their_strips_over_within_the_plane_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let case = problem(FloatKind::BF16, 64, 64, 203, 203);
+    let syncs = |source: &str| source.matches("__syncthreads").count();
+    for (kernel, dq, fewer) in [
+        (BackwardKernel::KeyValue, DqAccumulation::Kernel, 2),
+        (BackwardKernel::KeyValue, DqAccumulation::Atomic, 1),
+        (BackwardKernel::Query, DqAccumulation::Kernel, 2),
+    ] {
+        let tuning = planning::tuning()
+            .with_backward_path(Some(BackwardPath::Matrix))
+            .with_matrix_plane_softmax(Some(true));
+        let plan = plan::backward::gradient(&caps, &case, Layout::CHUNKED, &tuning, kernel);
+        let GradientConfig::Matrix(config) = plan.expect("planned").config else { panic!() };
+        // The one pass is chosen after the blocks (`plan::backward::backward`).
+        let config = MatrixGradientConfig { atomic_dq: dq == DqAccumulation::Atomic, ..config };
+        assert!(config.plane_sync, "{kernel:?}: CUDA has plane syncs");
+        let in_plane = gradient_source::<half::bf16>(&client, config, 8);
+        let cube = gradient_source::<half::bf16>(&client, MatrixGradientConfig { plane_sync: false, ..config }, 8);
+        assert!(in_plane.contains("__syncwarp") && !cube.contains("__syncwarp"), "{kernel:?}");
+        dump(&format!("matrix_{kernel:?}_{dq:?}_plane_sync.cu"), &in_plane);
+        dump(&format!("matrix_{kernel:?}_{dq:?}_cube_sync.cu"), &cube);
+        assert_eq!(syncs(&cube) - syncs(&in_plane), fewer, "{kernel:?}, {dq:?}");
+    }
+}

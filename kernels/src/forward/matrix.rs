@@ -31,6 +31,7 @@ use cubecl::prelude::*;
 use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::row_reduce::sync_units;
 use crate::primitives::row_stream::{RowSource, RowStream, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
 use crate::primitives::tile_io::{HeadView, load_rows};
@@ -271,7 +272,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             tiles.partial_max[0] = 0.0f32;
         }
         // S is this plane's alone: with `plane_sync` the plane hands it to its units by itself.
-        sync_rows(config.plane_sync);
+        sync_units(config.plane_sync);
 
         // Logits of this unit's columns, then the online softmax; P goes to shared memory in T.
         let units = comptime!(row_units(&config));
@@ -344,7 +345,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         // Without shuffles `block_probabilities` synchronized the cube; with them P (the plane's
         // own, as S) is handed to the fragments here.
         if comptime!(config.plane_shuffles) {
-            sync_rows(config.plane_sync);
+            sync_units(config.plane_sync);
         }
 
         // Whether this plane's O moves: with `plane_sync` the plane's vote (each plane decides
@@ -365,7 +366,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
                 let e = at + (c * lanes) as usize;
                 tiles.o_stage[e] = tiles.o_stage[e] * alpha;
             }
-            sync_rows(config.plane_sync);
+            sync_units(config.plane_sync);
             #[unroll]
             for n in 0..comptime!(dv / MATRIX_TILE) {
                 let from = (plane_row * out_stride + n * MATRIX_TILE) as usize;
@@ -438,17 +439,7 @@ fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
             config.plane_size,
         );
     }
-    sync_rows(plane);
-}
-
-/// Synchronizes the plane (`plane`: its units and fragments only) or the whole cube.
-#[cube]
-fn sync_rows(#[comptime] plane: bool) {
-    if comptime!(plane) {
-        sync_plane();
-    } else {
-        sync_cube();
-    }
+    sync_units(plane);
 }
 
 /// How the matrix forward splits a row's block of S over its units.

@@ -308,7 +308,11 @@ pub fn gradient(
             && tuning.matrix_prefetch.unwrap_or(super::MATRIX_PREFETCH)
             && super::prefetch_registers(problem.dtype, config.inner_stream())
                 <= super::MATRIX_PREFETCH_REGISTERS.1;
-        let config = MatrixGradientConfig { vector_loads, prefetch, ..config };
+        // Plane syncs where the device has them; the stand-in synchronizes its cube (WGPU).
+        let plane_sync = tuning.matrix_plane_softmax.unwrap_or(super::MATRIX_PLANE_SOFTMAX)
+            && caps.has_plane_sync()
+            && !config.stand_in;
+        let config = MatrixGradientConfig { vector_loads, prefetch, plane_sync, ..config };
         return Ok(plan(GradientConfig::Matrix(config), choice));
     }
     Ok(plan(GradientConfig::Portable(portable_config(caps, problem, kernel)?), choice))

@@ -47,6 +47,17 @@ pub fn row_sum(
     out
 }
 
+/// Synchronizes the plane (`plane`: its units and fragments only; CUDA's `__syncwarp`, which
+/// HIP lacks in CubeCL 0.10) or the whole cube (every unit of it must call it then).
+#[cube]
+pub fn sync_units(#[comptime] plane: bool) {
+    if comptime!(plane) {
+        sync_plane();
+    } else {
+        sync_cube();
+    }
+}
+
 /// Maximum of `value` over the `lanes` units of its row, where a row's units are `lanes`
 /// adjacent units of one plane starting at a multiple of `lanes` (a power of two): a butterfly
 /// of `log2(lanes)` shuffles.

@@ -48,6 +48,11 @@ pub struct MatrixGradientConfig {
     /// previous block computes (dK/dV: Q and dO; dQ: K and V): set by the planner with
     /// `vector_loads` where the registers fit ([`crate::plan::Tuning::matrix_prefetch`]).
     pub prefetch: bool,
+    /// Each plane hands its strip of S and dP to its units, and P and dS back to its
+    /// fragments, with a plane sync instead of a cube sync (the strips are the plane's own;
+    /// the one pass's dQ share still reads every plane's dS): where the device has plane syncs
+    /// ([`crate::plan::Tuning::matrix_plane_softmax`]; CUDA, not HIP).
+    pub plane_sync: bool,
 }
 
 impl MatrixGradientConfig {

@@ -21,8 +21,10 @@
 //! Q, dO, K, V are staged in the dtype, zero-padded to whole tiles; rows past the sequences
 //! are zeros and their entries masked. dS is the gradient of the scaled dot divided by the
 //! scale: dK and dQ are multiplied by it once, when written. Every gradient element is written
-//! by one lane and every sum runs in a fixed order: reruns are bit-identical. Synchronization
-//! is cube-wide only (`sync_plane` does not compile on HIP), control flow uniform.
+//! by one lane and every sum runs in a fixed order: reruns are bit-identical. A plane's strips
+//! of S, dP, P and dS are its own: with `MatrixGradientConfig::plane_sync` (CUDA; `sync_plane`
+//! does not compile on HIP) it hands them over with plane syncs, the streamed blocks (and the
+//! one pass's dQ share) with cube syncs. Control flow is uniform across the cube.
 //!
 //! The one pass ([`MatrixGradientConfig::atomic_dq`], FlashAttention-2's schedule): the dK/dV
 //! kernel also computes each pair's `dQ share = dS K` (`[block_q, head_dim]`, 16x16 tiles
@@ -35,6 +37,7 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{
     kv_block_range_full_rows, pair_needs_masked_pass, query_block_heaviest_first, query_block_span,
 };
+use crate::primitives::row_reduce::sync_units;
 use crate::primitives::row_stream::{row_source, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, score_params, score_tensors};
 use crate::primitives::tile_io::{head_view, stat_view};
@@ -206,7 +209,8 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink, N: 
             dots_tile::<E, T>(&tiles.q, i * MATRIX_TILE, &tiles.k, own, &mut tiles.s, out_at, dk_tile, dk_stride, config);
             dots_tile::<E, T>(&tiles.d_out, i * MATRIX_TILE, &tiles.v, own, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
-        sync_cube();
+        // The strips are the plane's own: with `plane_sync` it hands them over by itself.
+        sync_units(config.plane_sync);
 
         // A uniform branch: every unit of the cube takes the same pass.
         if pair_needs_masked_pass(q_start, kv_start, &params, bq, bkv, config.score) {
@@ -214,7 +218,8 @@ pub fn matrix_dkdv_kernel<F: Float, E: Float, M: Int, T: TileMma, D: DqSink, N: 
         } else {
             strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, 0, own, bq, MATRIX_TILE, config, false);
         }
-        sync_cube();
+        // P and dS back to the plane's fragments; the one pass's dQ share reads every plane's.
+        sync_units(comptime!(config.plane_sync && !config.atomic_dq));
 
         // dV_w += P_w^T dO and dK_w += dS_w^T Q.
         strip_transposed_product::<E, T>(&mut dv_acc, &tiles.p, own, &tiles.d_out, dv_tile, dv_stride, config);
@@ -290,14 +295,14 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
             dots_tile::<E, T>(&tiles.q, own, &tiles.k, j * MATRIX_TILE, &mut tiles.s, out_at, dk_tile, dk_stride, config);
             dots_tile::<E, T>(&tiles.d_out, own, &tiles.v, j * MATRIX_TILE, &mut tiles.dp, out_at, dv_tile, dv_stride, config);
         }
-        sync_cube();
+        sync_units(config.plane_sync);
 
         if kv_block >= range.first_masked {
             strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, true);
         } else {
             strip_gradients::<F, E, M>(mask, bias, &params, &tensors, &mut tiles, q_start, kv_start, own, 0, MATRIX_TILE, bkv, config, false);
         }
-        sync_cube();
+        sync_units(config.plane_sync);
 
         // dQ_w += dS_w K: per 16 keys, the plane's dS fragment once for all of dQ's tiles.
         for kk in 0..comptime!(bkv / MATRIX_TILE) {

@@ -52,6 +52,7 @@ pub(super) fn matrix_config(
                 // Set from the tuning by the caller.
                 vector_loads: false,
                 prefetch: false,
+                plane_sync: false,
             }
         })
         .find(|config| fits(caps, &GradientConfig::Matrix(*config)))
