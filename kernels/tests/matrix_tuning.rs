@@ -1,6 +1,6 @@
 //! The matrix kernels' tuning options as the planner applies them, on MI300X and H200
 //! properties built on the test client: 16-byte vector loads, the next block fetched ahead
-//! within its register budget, the forward's staggered rows.
+//! within its register budget, the forward's staggered rows, the softmax kept in each plane.
 mod support;
 
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Tuning};
@@ -106,6 +106,46 @@ fn matrix_forward_staggers_its_rows_only_when_asked() {
             let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
             let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
             assert_eq!(config.staggered, staggered, "{runtime}: {asked:?}");
+        }
+    }
+}
+
+/// `Tuning::matrix_plane_softmax` takes what the device has: on CUDA (the H200) plane shuffles
+/// and plane syncs in the forward and plane syncs in the gradient kernels; on an MI300X (HIP:
+/// shuffles, no plane sync) the forward's shuffles only; on lavapipe (the stand-in) neither.
+#[test]
+fn matrix_plane_softmax_takes_what_the_device_has() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    let lavapipe = client.properties().clone();
+    // (props, runtime, asked, forward shuffles, forward plane sync, gradient plane sync)
+    let cases = [
+        (&h200, planning::SIMULATED, None, false, false, false),
+        (&h200, planning::SIMULATED, Some(true), true, true, true),
+        (&mi300x, "hip", Some(true), true, false, false),
+        (&lavapipe, planning::SIMULATED, Some(true), false, false, false),
+    ];
+    for (props, runtime, asked, shuffles, plane_sync, gradient_sync) in cases {
+        let caps = DeviceCaps::new(props, runtime);
+        let tuning = Tuning::default()
+            .with_forward_path(Some(ForwardPath::Matrix))
+            .with_backward_path(Some(BackwardPath::Matrix))
+            .with_matrix_stand_in(true)
+            .with_matrix_plane_softmax(asked);
+        let case = problem(FloatKind::F16, 64);
+        let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+        let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+        let what = format!("{runtime}, plane size {}: {asked:?}", config.plane_size);
+        assert_eq!(config.stand_in, props.features.matmul.cmma.is_empty(), "{what}");
+        assert_eq!((config.plane_shuffles, config.plane_sync), (shuffles, plane_sync), "{what}");
+        let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+        let backward = backward.expect("planned");
+        for gradient in [&backward.dkdv, &backward.dq] {
+            let GradientConfig::Matrix(config) = gradient.config else { panic!("{gradient}") };
+            assert_eq!(config.plane_sync, gradient_sync, "{what}: {gradient}");
         }
     }
 }

@@ -2,7 +2,8 @@
 # Offline compile of one HIP source (as cubecl-cpp's HIP dialect writes it) for an AMD GPU, the
 # way hiprtc compiles it at run time (-std=c++17 -O3), with clang-19 and the headers and device
 # libraries of setup-offline-toolchain.sh. Prints one line of key=value fields:
-#   file=F status=ok sgpr= vgpr= agpr= scratch= occupancy= sgpr_spill= vgpr_spill= mfma=N:instr,...
+#   file=F status=ok sgpr= vgpr= agpr= scratch= occupancy= sgpr_spill= vgpr_spill= ds_read=N
+#     flat_load=N mfma=N:instr,...
 #   file=F status=fail error="first error"
 # Exits 1 when the compile fails. ROCM=DIR (the toolchain), EXTRA_FLAGS (e.g. -I for rocWMMA).
 # Origin: shared/hip/hipcheck.sh (the ladder in docs/HIP.md).
@@ -25,6 +26,12 @@ fi
 fields=$(sed -nE 's/.*remark: +(SGPRs|VGPRs|AGPRs|ScratchSize \[bytes\/lane\]|Occupancy \[waves\/SIMD\]|SGPRs Spill|VGPRs Spill): ([0-9]+).*/\1=\2/p' "$LOG" |
   sed -E 's/^SGPRs Spill=/sgpr_spill=/; s/^VGPRs Spill=/vgpr_spill=/; s/^SGPRs=/sgpr=/; s/^VGPRs=/vgpr=/; s/^AGPRs=/agpr=/;
           s/^ScratchSize \[bytes\/lane\]=/scratch=/; s/^Occupancy \[waves\/SIMD\]=/occupancy=/' | paste -sd' ' -)
-mfma=$(llvm-objdump-19 -d --mcpu="$ARCH" "$OUT" | { grep -oE "v_mfma_[a-z0-9_]+|v_wmma_[a-z0-9_]+" || true; } |
+isa=$(llvm-objdump-19 -d --mcpu="$ARCH" "$OUT")
+mfma=$({ grep -oE "v_mfma_[a-z0-9_]+|v_wmma_[a-z0-9_]+" <<< "$isa" || true; } |
   sort | uniq -c | awk '{printf "%s%s:%s", sep, $1, $2; sep=","}')
-echo "file=$name status=ok $fields mfma=${mfma:-none}"
+# Loads from LDS as such (ds_read*) and through the flat (generic) path (flat_load*), which
+# reaches LDS too but slower: whether the fragment and tile reads of shared memory kept their
+# address space.
+ds_reads=$(grep -cE "\bds_read" <<< "$isa" || true)
+flat_loads=$(grep -cE "\bflat_load" <<< "$isa" || true)
+echo "file=$name status=ok $fields ds_read=$ds_reads flat_load=$flat_loads mfma=${mfma:-none}"

@@ -24,6 +24,7 @@ FNR == NR { cube[$1] = $3 + 0; lds[$1] = $4 + 0; order[++n] = $1; next }
     if (match($0, /error="[^"]*"/)) err[file] = substr($0, RSTART + 7, RLENGTH - 8)
     vgpr[file] = f["vgpr"]; agpr[file] = f["agpr"]; sgpr[file] = f["sgpr"]; scratch[file] = f["scratch"]
     occ[file] = f["occupancy"]; vspill[file] = f["vgpr_spill"]; sspill[file] = f["sgpr_spill"]; mfma[file] = f["mfma"]
+    dsr[file] = f["ds_read"]; flat[file] = f["flat_load"]
 }
 function lds_occupancy(file,    groups, waves) {
     groups = lds[file] > 0 ? int(LDS_PER_CU / lds[file]) : MAX_WAVES_PER_SIMD * SIMDS_PER_CU
@@ -54,6 +55,7 @@ END {
             effective = lds_occupancy(file) < occ[file] ? lds_occupancy(file) : occ[file]
             widen(key, "vgpr", vgpr[file]); widen(key, "agpr", agpr[file])
             widen(key, "scratch", scratch[file]); widen(key, "occ", effective)
+            widen(key, "dsr", dsr[file]); widen(key, "flat", flat[file])
             # "16:v_mfma_f32_16x16x16_f16" (count:instruction, comma-separated if several)
             if (mfma[file] != "none" && split(mfma[file], m, "[:,]") >= 2) { isa[key] = m[2]; widen(key, "mfma", m[1] + 0) }
         } else if (status[file] == "skipped") { skipped++; skip[key]++ }
@@ -66,24 +68,26 @@ END {
     printf "- Variants whose HIP text `kernels/tests/hip_codegen.rs` checked, per build: %s.\n", checked
     printf "- Compiled for %s: %d of %d written sources: **%d OK, %d failed; %d spill VGPRs, %d spill SGPRs**", arch, ok + failed, n, ok, failed, vspills, sspills
     printf "; %d skipped (need rocWMMA headers%s).\n\n", skipped, rocwmma == "yes" ? "" : ", not given: set ROCWMMA_INCLUDE"
-    print "| kernel | dtype | variants | OK | failed | skipped | VGPR spills | SGPR spills | VGPR | AGPR | scratch (B/lane) | LDS (KiB) | waves/SIMD (effective) | MFMA per kernel |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| kernel | dtype | variants | OK | failed | skipped | VGPR spills | SGPR spills | VGPR | AGPR | scratch (B/lane) | LDS (KiB) | waves/SIMD (effective) | LDS reads / flat loads | MFMA per kernel |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for (g = 1; g <= groups; g++) {
         key = keys[g]; split(key, parts, " ")
-        printf "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n", parts[1], parts[2], count[key],
+        printf "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s / %s | %s |\n", parts[1], parts[2], count[key],
             good[key], bad[key], skip[key], vspilled[key], sspilled[key], shown(key, "vgpr"), shown(key, "agpr"),
-            shown(key, "scratch"), shown(key, "lds"), shown(key, "occ"), (key in isa) ? shown(key, "mfma") " × " isa[key] : "none"
+            shown(key, "scratch"), shown(key, "lds"), shown(key, "occ"), shown(key, "dsr"), shown(key, "flat"),
+            (key in isa) ? shown(key, "mfma") " × " isa[key] : "none"
     }
     for (g = 1; g <= groups; g++) if (keys[g] in why) printf "\n- %s failed: `%s`", keys[g], why[keys[g]]
     printf "\n\n<details><summary>Every compiled variant (%d)</summary>\n\n", n
-    print "| variant | cube | LDS (B) | VGPR | AGPR | SGPR | spills V/S | scratch | waves/SIMD: registers | LDS | MFMA | status |"
-    print "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    print "| variant | cube | LDS (B) | VGPR | AGPR | SGPR | spills V/S | scratch | waves/SIMD: registers | LDS | LDS reads / flat loads | MFMA | status |"
+    print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for (i = 1; i <= n; i++) {
         file = order[i]; sub(/\.hip$/, "", file)
         name = order[i]
-        printf "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", file, cube[name], lds[name],
+        printf "| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", file, cube[name], lds[name],
             vgpr[name], agpr[name], sgpr[name], status[name] == "ok" ? vspill[name] "/" sspill[name] : "",
             scratch[name], occ[name], num(lds_occupancy(name)),
+            status[name] == "ok" ? dsr[name] " / " flat[name] : "",
             mfma[name] == "" ? "" : mfma[name], status[name] == "ok" ? "ok" : status[name] ": " err[name]
     }
     print "\n</details>"

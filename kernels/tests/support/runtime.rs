@@ -100,5 +100,9 @@ pub fn h200(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties
 
 /// An MI300X with `hip-rocwmma` (f16 cmma only: bf16 does not compile) built on `base`.
 pub fn mi300x(base: &cubecl::ir::DeviceProperties) -> cubecl::ir::DeviceProperties {
-    simulated_device(base, MI300X_PLANE_SIZE, MI300X_SHARED_MEMORY, &[FloatKind::F16])
+    let mut props = simulated_device(base, MI300X_PLANE_SIZE, MI300X_SHARED_MEMORY, &[FloatKind::F16]);
+    // Plane shuffles and votes but no plane sync, as CubeCL's HIP runtime registers them.
+    props.features.plane.insert(cubecl::ir::features::Plane::Ops);
+    props.features.plane.remove(cubecl::ir::features::Plane::Sync);
+    props
 }
