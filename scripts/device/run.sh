@@ -34,7 +34,8 @@
 # (both with Burn's rows take about 290 s). PTESTS picks ptests' suites.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=/tmp/flash-bin
+# BIN: where the binaries are unpacked (another folder for a second run.sh in parallel).
+BIN=${BIN:-/tmp/flash-bin}
 mkdir -p "$BIN" "${OUT:=/tmp/out}"
 for f in .carry/bin/*.gz; do
   gunzip -c "$f" > "$BIN/$(basename "$f" .gz)" && chmod +x "$BIN/$(basename "$f" .gz)"
