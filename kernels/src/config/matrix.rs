@@ -129,9 +129,12 @@ impl MatrixConfig {
     }
 
     /// f32 per partial-statistics tile (maxima, sums): one per unit, or with `plane_shuffles`
-    /// only the cube's rescale flag (in the maxima's tile).
+    /// only the cube's rescale flag (in the maxima's tile), in a tile of 8 words: 32 bytes keep
+    /// the tiles declared after it on their 32-byte alignment without padding that
+    /// `shared_memory_bytes` would not count (one word each made the gfx942 kernels 24 bytes
+    /// larger than planned).
     pub fn partials(&self) -> u32 {
-        if self.plane_shuffles { 1 } else { self.units() }
+        if self.plane_shuffles { 8 } else { self.units() }
     }
 
     /// Shared memory the kernel declares, in bytes.
