@@ -266,8 +266,10 @@ fn matrix_forward_keeps_its_softmax_in_the_plane_where_asked() {
     assert!(plane.plane_shuffles && plane.plane_sync, "CUDA has plane shuffles and syncs");
     assert!(!cube.plane_shuffles && !cube.plane_sync);
     assert!(plane.shared_memory_bytes() < cube.shared_memory_bytes(), "no partials");
-    let (in_plane, _) = matrix_source::<half::bf16, u32>(&client, plane, 8);
-    let (through_shared, _) = matrix_source::<half::bf16, u32>(&client, cube, 8);
+    let (in_plane, plane_shared) = matrix_source::<half::bf16, u32>(&client, plane, 8);
+    let (through_shared, cube_shared) = matrix_source::<half::bf16, u32>(&client, cube, 8);
+    assert_fits_the_plan("plane softmax", &in_plane, plane_shared, plane.shared_memory_bytes());
+    assert_fits_the_plan("cube softmax", &through_shared, cube_shared, cube.shared_memory_bytes());
     dump("matrix_BF16_hd64_plane_softmax.cu", &in_plane);
     dump("matrix_BF16_hd64_shared_softmax.cu", &through_shared);
     for call in ["__shfl_xor_sync", "__any_sync", "__syncwarp"] {
