@@ -92,13 +92,14 @@ fn matrix_plans_fetch_ahead_where_the_registers_allow() {
 }
 
 #[test]
-fn matrix_forward_staggers_its_rows_only_when_asked() {
+fn matrix_forward_staggers_its_rows_by_default_and_as_asked() {
     use burn_flash_attn_kernels::plan;
     let client = support::client();
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
         let caps = DeviceCaps::new(props, runtime);
-        for (asked, staggered) in [(None, false), (Some(false), false), (Some(true), true)] {
+        let cases = [(None, plan::MATRIX_STAGGERED), (Some(false), false), (Some(true), true)];
+        for (asked, staggered) in cases {
             let tuning = Tuning::default()
                 .with_forward_path(Some(ForwardPath::Matrix))
                 .with_matrix_staggered(asked);
@@ -122,9 +123,12 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     let lavapipe = client.properties().clone();
     // (props, runtime, asked, forward shuffles, forward plane sync, gradient plane sync)
+    let on = plan::MATRIX_PLANE_SOFTMAX;
     let cases = [
-        (&h200, planning::SIMULATED, None, false, false, false),
+        (&h200, planning::SIMULATED, None, on, on, on),
+        (&h200, planning::SIMULATED, Some(false), false, false, false),
         (&h200, planning::SIMULATED, Some(true), true, true, true),
+        (&mi300x, "hip", None, on, false, false),
         (&mi300x, "hip", Some(true), true, false, false),
         (&lavapipe, planning::SIMULATED, Some(true), false, false, false),
     ];

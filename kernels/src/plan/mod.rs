@@ -283,11 +283,13 @@ pub const MATRIX_VECTOR_LOADS: bool = true;
 pub const MATRIX_PREFETCH: bool = false;
 
 /// Whether the matrix forward staggers rows 8-15's column walk ([`Tuning::matrix_staggered`]).
-/// Off until measured. Nsight Compute on an H100 (benches/RESULTS.md, 2026-12-06) found the
-/// matrix forward bound by its shared-memory pipe, with 2-way bank conflicts where, by the tiles'
-/// layout (rows padded by 16 bytes), S's reads and P's stores of rows r and r + 8 meet in one
-/// bank; staggered, they fall in different banks. Not yet run on a GPU.
-pub const MATRIX_STAGGERED: bool = false;
+/// Nsight Compute on an H100 (benches/RESULTS.md, 2026-12-06) found the matrix forward bound by
+/// its shared-memory pipe, with 2-way bank conflicts where, by the tiles' layout (rows padded by
+/// 16 bytes), S's reads and P's stores of rows r and r + 8 meet in one bank; staggered, they
+/// fall in different banks. On: on an H100 (bf16, cmma, softmax in the plane, a2d4d63) it ran
+/// the matrix forward 1.01-1.05x as fast at four of the bar's shapes (forward + backward
+/// 1.00-1.01x), the forward suite passing on it (163 / 163).
+pub const MATRIX_STAGGERED: bool = true;
 
 /// Whether the matrix forward keeps its softmax inside each plane where the device allows
 /// ([`Tuning::matrix_plane_softmax`]). A plane's 16 query rows are its own: its S, P and O
@@ -296,9 +298,13 @@ pub const MATRIX_STAGGERED: bool = false;
 /// their sums, the block done); with plane shuffles the maxima and sums need none, and where
 /// the plane can synchronize alone (CUDA's `__syncwarp`; HIP has no plane sync in CubeCL 0.10)
 /// S and P are handed over within the plane and the rescale of O is the plane's own vote, two
-/// cube syncs a block. Off until measured on a GPU (no device without cmma takes it: the
-/// stand-in keeps shared memory, since lavapipe has no plane operations).
-pub const MATRIX_PLANE_SOFTMAX: bool = false;
+/// cube syncs a block. The gradient kernels hand their strips over within the plane on the
+/// same knob where the plane can synchronize alone. On: on an H100 (bf16, cmma, a2d4d63) it
+/// ran the matrix forward 1.00-1.05x as fast at four of the bar's shapes (forward + backward
+/// 0.99-1.02x: the gradient kernels' two syncs fewer do not show), the forward suite (163 / 163)
+/// and the backward suite's f16 / bf16 tests (17 / 17) passing on it. No device without cmma
+/// takes it: the stand-in keeps shared memory, since lavapipe has no plane operations.
+pub const MATRIX_PLANE_SOFTMAX: bool = true;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),

@@ -32,10 +32,10 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// cmma (the matrix kernels on lavapipe), with `BURN_FLASH_MATRIX_F32_TILES=1` on f32 tiles, with
 /// `BURN_FLASH_MATRIX_VECTORS=false` reading their inputs element by element (not in 16-byte
 /// vectors where they can, the default), with `BURN_FLASH_MATRIX_PREFETCH=true` fetching each
-/// streamed block one block ahead (off by default), with `BURN_FLASH_MATRIX_STAGGERED=true`
-/// staggering the matrix forward's rows 8-15 (off by default), with
-/// `BURN_FLASH_MATRIX_PLANE_SOFTMAX=true` keeping the matrix forward's softmax in each plane
-/// where the device has plane operations (off by default); the
+/// streamed block one block ahead (off by default), with `BURN_FLASH_MATRIX_STAGGERED=false`
+/// not staggering the matrix forward's rows 8-15 (on by default), with
+/// `BURN_FLASH_MATRIX_PLANE_SOFTMAX=false` keeping the matrix kernels' softmax in shared memory
+/// where the device has plane operations (in each plane by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
