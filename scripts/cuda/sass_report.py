@@ -7,7 +7,8 @@ assembled by ptxas for sm_90a (`-v`: registers, spill bytes) and disassembled by
 backward branch of the SASS closes a loop; the loops with mma instructions (HMMA) are the
 kernels' streaming loops (one block of the inner sequence per iteration; one loop per masking
 form). The report gives, per such loop, its instructions, HMMAs, instructions per HMMA, MUFU
-(exp) and local-memory (spill) instructions: the issue budget around the tensor cores, which no
+(exp), local-memory (spill) instructions, loads from shared memory as such (LDS / LDSM), generic
+loads (LD) and MOVM transposes: the issue budget around the tensor cores, which no
 GPU is needed to read. Per kernel it also gives the CUDA source's size and the seconds nvrtc
 (source to PTX) and ptxas (PTX to SASS, what the driver does with the PTX on a first launch)
 took on this machine: where a first call's compilation goes, on another CPU than the device's.
@@ -123,6 +124,12 @@ def main():
                 "spill_load_bytes": spill_loads, "loop": index, "instructions": len(body), "hmma": hmma,
                 "per_hmma": f"{len(body) / hmma:.2f}", "mufu": sum(n for op, n in ops.items() if op.startswith("MUFU")),
                 "local_memory": local,
+                # Loads by path: shared memory as such (LDS, ldmatrix's LDSM) and generic (LD,
+                # which reaches shared memory too when the compiler lost the address space,
+                # as it does for nvcuda::wmma's fragment loads), and MOVM transposes.
+                "shared_loads": sum(n for op, n in ops.items() if op.startswith("LDS")),
+                "generic_loads": sum(n for op, n in ops.items() if op == "LD" or op.startswith("LD.")),
+                "movm": sum(n for op, n in ops.items() if op.startswith("MOVM")),
             })
         print(f"{name}: {os.path.getsize(source) // 1024} KiB of CUDA, nvrtc {nvrtc_s:.1f} s ({headers_s:.1f} s headers), ptxas {ptxas_s:.1f} s; "
               f"{registers} registers, {spill_stores} B spill stores; "
