@@ -302,9 +302,10 @@ pub const MATRIX_STAGGERED: bool = true;
 /// same knob where the plane can synchronize alone. On: on an H100 (bf16, cmma, a2d4d63) it
 /// ran the matrix forward 1.00-1.05x as fast at four of the bar's shapes (forward + backward
 /// 0.99-1.02x: the gradient kernels' two syncs fewer do not show), the forward suite (163 / 163)
-/// and the backward suite's f16 / bf16 tests (17 / 17) passing on it. At sm_90a it costs the bf16
-/// forward at head dim 64 a 4-byte spill (128 registers, the cap, either way), which those
-/// measurements include. No device without cmma
+/// and the backward suite's f16 / bf16 tests (17 / 17) passing on it. With the stagger, an
+/// offline sm_90a compile (nvrtc / ptxas 12.9) spills 4 bytes of the bf16 forward at head dim 64
+/// (128 registers, the cap, either way); the H100's own compile of it spilled nothing. No device
+/// without cmma
 /// takes it: the stand-in keeps shared memory, since lavapipe has no plane operations.
 pub const MATRIX_PLANE_SOFTMAX: bool = true;
 
