@@ -23,11 +23,13 @@
 //! (`Tuning::matrix_prefetch`), `--matrix-staggered=true|false` for the matrix forward's rows
 //! 8-15 walking their columns one step later (`Tuning::matrix_staggered`),
 //! `--matrix-plane-softmax=true|false` for its softmax kept in each plane
-//! (`Tuning::matrix_plane_softmax`); `BURN_FLASH_MMA` /
+//! (`Tuning::matrix_plane_softmax`), `--matrix-wide-scores=true|false` for S's rows padded by
+//! 32 bytes (`Tuning::matrix_wide_scores`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` / `BURN_FLASH_MATRIX_VECTORS`
 //! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
-//! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` in the environment are read as
+//! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` / `BURN_FLASH_MATRIX_WIDE_SCORES` in the environment are
+//! read as
 //! the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
 //! `impl,B,H,N,D,causal,pass,ms,tflops` (speed) or `impl,B,H,N,D,causal,pass,peak_mib` (memory).
@@ -318,6 +320,11 @@ fn main() {
             &args,
             "matrix-plane-softmax",
             "BURN_FLASH_MATRIX_PLANE_SOFTMAX",
+        ))
+        .with_matrix_wide_scores(parsed_arg(
+            &args,
+            "matrix-wide-scores",
+            "BURN_FLASH_MATRIX_WIDE_SCORES",
         ));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");

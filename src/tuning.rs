@@ -28,6 +28,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_prefetch: None,
     matrix_staggered: None,
     matrix_plane_softmax: None,
+    matrix_wide_scores: None,
     rolled_steps: None,
     async_copy: None,
 });

@@ -312,3 +312,23 @@ fn matrix_gradients_hand_their_strips_over_within_the_plane_where_asked() {
         assert_eq!(syncs(&cube) - syncs(&in_plane), fewer, "{kernel:?}, {dq:?}");
     }
 }
+
+/// With `Tuning::matrix_wide_scores` the matrix forward's S rows are 32 bytes longer and the
+/// kernel declares the shared memory the planner counts for them.
+#[test]
+fn matrix_forward_widens_its_score_rows_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let case = problem(FloatKind::BF16, 64, 64, 203, 203);
+    let tuning = planning::tuning()
+        .with_forward_path(Some(ForwardPath::Matrix))
+        .with_matrix_wide_scores(Some(true));
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let plan = planning::forward_plan_tuned(&caps, &case, Layout::CHUNKED, &tuning);
+    let plan = plan.expect("planned");
+    let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+    assert!(config.wide_scores && config.staggered, "{config:?}");
+    let (source, shared) = matrix_source::<half::bf16, u32>(&client, config, 8);
+    dump("matrix_BF16_hd64_wide_scores.cu", &source);
+    assert_fits_the_plan("wide scores", &source, shared, config.shared_memory_bytes());
+}

@@ -153,3 +153,32 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
         }
     }
 }
+
+/// `Tuning::matrix_wide_scores` (off by default) pads S's f32 rows by 32 bytes instead of 16 and
+/// staggers the rows in four groups instead of two, on the H200 and on an MI300X (where the
+/// wider rows must still fit 64 KiB: the planner counts them).
+#[test]
+fn matrix_forward_widens_its_score_rows_only_when_asked() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        let planned = |asked| {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_matrix_wide_scores(asked);
+            let case = problem(FloatKind::F16, 64);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            config
+        };
+        let (default, narrow, wide) = (planned(None), planned(Some(false)), planned(Some(true)));
+        assert_eq!(default.wide_scores, plan::MATRIX_WIDE_SCORES, "{runtime}");
+        assert!(!narrow.wide_scores && wide.wide_scores, "{runtime}");
+        assert_eq!(wide.score_stride(), narrow.score_stride() + 4, "{runtime}: 16 more bytes");
+        assert_eq!((narrow.stagger_groups(), wide.stagger_groups()), (2, 4), "{runtime}");
+        let limit = props.hardware.max_shared_memory_size;
+        assert!(wide.shared_memory_bytes() <= limit, "{runtime}: within {limit} bytes");
+    }
+}

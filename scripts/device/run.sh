@@ -7,7 +7,7 @@
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix | prefetch
-#         | staggered | plane_softmax
+#         | staggered | plane_softmax | wide_scores
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
@@ -17,7 +17,8 @@
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
 # matrix: the matrix (cmma) forward and backward forced, beside the default path (issue 16).
-# prefetch / staggered / plane_softmax: the matrix paths forced, with that option on and off
+# prefetch / staggered / plane_softmax / wide_scores: the matrix paths forced, with that option
+# on and off
 # ($OUT/<step>.csv).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
@@ -263,12 +264,13 @@ for s in "$@"; do
         grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
       grep -iE "warning|error" "$OUT/matrix.err" | head -5
       cat "$OUT/matrix.csv" ;;
-    prefetch|staggered|plane_softmax)
+    prefetch|staggered|plane_softmax|wide_scores)
       # The matrix paths forced (the backward on its one pass) with one of their options on and
       # off, one process each: prefetch, the streamed blocks fetched one block ahead
       # (Tuning::matrix_prefetch); staggered, the forward's rows 8-15 walking their columns one
       # step later (Tuning::matrix_staggered); plane_softmax, the forward's softmax kept in each
-      # plane (Tuning::matrix_plane_softmax). At AB_SHAPES (default: the six of issue 15's
+      # plane (Tuning::matrix_plane_softmax); wide_scores, S's rows padded by 32 bytes and
+      # staggered in four groups (Tuning::matrix_wide_scores). At AB_SHAPES (default: the six of issue 15's
       # bar): $OUT/$s.csv (impl flash-matrix-$s-true, flash-matrix-$s-false).
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi

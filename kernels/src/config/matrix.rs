@@ -57,6 +57,11 @@ pub struct MatrixConfig {
     /// plane syncs, and decides the rescale of its O by a plane vote, so that only K and V
     /// synchronize the cube (where the device has plane syncs).
     pub plane_sync: bool,
+    /// With `padded`: S's f32 rows padded by 32 bytes instead of 16, so that the four rows a
+    /// half-warp stores from its accumulator fragments fall in distinct banks, and (with
+    /// `staggered`) the rows staggered in four groups of four instead of two of eight
+    /// ([`crate::plan::Tuning::matrix_wide_scores`]).
+    pub wide_scores: bool,
 }
 
 impl MatrixConfig {
@@ -115,7 +120,18 @@ impl MatrixConfig {
 
     /// Row stride of the f32 S tile, padded.
     pub fn score_stride(&self) -> u32 {
-        self.block_kv + self.pad(F32_BYTES as u32)
+        let pad = self.pad(F32_BYTES as u32);
+        self.block_kv + if self.wide_scores { 2 * pad } else { pad }
+    }
+
+    /// Groups of rows in a plane's 16 whose column walks are staggered (`staggered`): 2 (rows
+    /// 8-15 one step later), or 4 with `wide_scores` (rows 4g..4g+3 g steps later); 1 without.
+    pub fn stagger_groups(&self) -> u32 {
+        match (self.staggered, self.wide_scores) {
+            (false, _) => 1,
+            (true, false) => 2,
+            (true, true) => 4,
+        }
     }
 
     /// Row stride of the P tile (dtype elements), padded.

@@ -447,7 +447,7 @@ fn row_units(config: &MatrixConfig) -> RowUnits {
     RowUnits {
         lanes: config.units_per_row(),
         cols_per_unit: config.kv_cols_per_unit(),
-        staggered: config.staggered,
+        stagger_groups: config.stagger_groups(),
         shuffles: config.plane_shuffles,
     }
 }

@@ -131,9 +131,10 @@ pub(crate) struct RowUnits {
     pub lanes: u32,
     /// Columns of the block each unit takes (see [`unit_column`]).
     pub cols_per_unit: u32,
-    /// Rows 8-15 of every 16 walk their columns one step later ([`unit_column`]; the matrix
-    /// path's [`crate::config::MatrixConfig::staggered`]).
-    pub staggered: bool,
+    /// Groups of rows among every 16 whose column walks are staggered: group g of
+    /// `16 / stagger_groups` rows starts g steps later ([`unit_column`]; 1: none; the matrix
+    /// path's [`crate::config::MatrixConfig::stagger_groups`]).
+    pub stagger_groups: u32,
     /// The row's units reduce by plane shuffles, without shared memory or a sync (the matrix
     /// path's [`crate::config::MatrixConfig::plane_shuffles`]), not through `partials`.
     pub shuffles: bool,
@@ -143,7 +144,7 @@ impl RowUnits {
     /// `lanes` units of `cols_per_unit` columns each, unstaggered, reducing through shared
     /// memory.
     pub fn plain(lanes: u32, cols_per_unit: u32) -> Self {
-        Self { lanes, cols_per_unit, staggered: false, shuffles: false }
+        Self { lanes, cols_per_unit, stagger_groups: 1, shuffles: false }
     }
 }
 
@@ -178,17 +179,18 @@ pub(crate) fn block_alpha(
 }
 
 /// The column of a block that this unit's `t`-th logit belongs to: `lane + t * lanes`, each unit
-/// of a row taking every `lanes`-th column. `units.staggered`: rows 8-15 of every 16 walk their columns one
-/// step later (`t + 1`, the last wrapping to the first), the same set in another order, so
-/// that where 16 rows of 2 units share a 32-bank access the rows `r` and `r + 8`, whose padded
-/// starts fall on the same bank, read S and write P in different banks.
+/// of a row taking every `lanes`-th column. Staggered (`units.stagger_groups` > 1): group g of
+/// every 16 rows walks its columns g steps later (the last wrapping to the first), the same set
+/// in another order, so that where 16 rows of 2 units share a 32-bank access the rows whose
+/// padded starts fall on the same bank (`r` and `r + 8` with 16-byte padding; `r`, `r + 4`,
+/// `r + 8`, `r + 12` with S's 32-byte rows) read S and write P in different banks.
 #[cube]
 pub(crate) fn unit_column(role: UnitRole, t: u32, #[comptime] units: RowUnits) -> u32 {
     let lanes = units.lanes;
-    if comptime!(units.staggered) {
-        // Half a plane's 16 rows: rows 8-15 step one column later.
-        let half = comptime!(MATRIX_TILE / 2);
-        role.lane + ((t + (role.row / half) % 2) % units.cols_per_unit) * lanes
+    if comptime!(units.stagger_groups > 1) {
+        let groups = comptime!(units.stagger_groups);
+        let rows = comptime!(MATRIX_TILE / units.stagger_groups);
+        role.lane + ((t + (role.row / rows) % groups) % units.cols_per_unit) * lanes
     } else {
         role.lane + t * lanes
     }

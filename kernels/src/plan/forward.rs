@@ -13,7 +13,7 @@ use super::device::DeviceCaps;
 use super::mma_blocks;
 use super::{
     Layout, MATRIX_PLANE_SOFTMAX, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS,
-    MATRIX_STAGGERED, MATRIX_VECTOR_LOADS,
+    MATRIX_STAGGERED, MATRIX_VECTOR_LOADS, MATRIX_WIDE_SCORES,
     Tuning, prefetch_registers,
 };
 
@@ -229,7 +229,7 @@ pub fn forward(
             let (config, blocks) = mma_config(caps, problem, tuning)?;
             (ForwardConfig::Mma(config), choice, blocks)
         }
-        ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles), tuning.forward_path) {
+        ForwardPath::Matrix => match (matrix_config(caps, problem, stand_in, f32_tiles, tuning), tuning.forward_path) {
             (Ok(config), _) => {
                 // The stand-in runs on WGPU, which has no vector view of shared memory.
                 let vector_loads =
@@ -352,8 +352,11 @@ fn matrix_config(
     problem: &AttentionProblem,
     stand_in: bool,
     f32_tiles: bool,
+    tuning: &Tuning,
 ) -> Result<MatrixConfig, FlashError> {
     let plane_size = if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() };
+    // Wider S rows cost shared memory: asked for, they count in the fit below.
+    let wide_scores = tuning.matrix_wide_scores.unwrap_or(MATRIX_WIDE_SCORES);
     if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
         return Err(FlashError::Device(format!(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
@@ -383,6 +386,7 @@ fn matrix_config(
             staggered: false,
             plane_shuffles: false,
             plane_sync: false,
+            wide_scores: wide_scores && padded,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))

@@ -129,6 +129,10 @@ pub struct Tuning {
     /// row maxima and sums by plane shuffles instead of through shared memory and cube syncs;
     /// `None`: [`MATRIX_PLANE_SOFTMAX`].
     pub matrix_plane_softmax: Option<bool>,
+    /// Whether the matrix forward pads S's f32 rows by 32 bytes and staggers its rows in four
+    /// groups of four ([`crate::config::MatrixConfig::wide_scores`]); `None`:
+    /// [`MATRIX_WIDE_SCORES`].
+    pub matrix_wide_scores: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -204,6 +208,11 @@ impl Tuning {
 
     pub fn with_matrix_plane_softmax(mut self, plane_softmax: Option<bool>) -> Self {
         self.matrix_plane_softmax = plane_softmax;
+        self
+    }
+
+    pub fn with_matrix_wide_scores(mut self, wide_scores: Option<bool>) -> Self {
+        self.matrix_wide_scores = wide_scores;
         self
     }
 
@@ -308,6 +317,15 @@ pub const MATRIX_STAGGERED: bool = true;
 /// without cmma
 /// takes it: the stand-in keeps shared memory, since lavapipe has no plane operations.
 pub const MATRIX_PLANE_SOFTMAX: bool = true;
+
+/// Whether the matrix forward's S tile has 32-byte row padding, with rows staggered in four
+/// groups of four ([`Tuning::matrix_wide_scores`]). Nsight Compute on an H100
+/// (benches/RESULTS.md, 2026-12-06) puts 97 % of the forward's excess shared wavefronts in the
+/// stores of S's f32 accumulator fragments: a half-warp stores four rows of eight floats, and
+/// with 16-byte padding row r starts 4r banks on, so neighbouring rows overlap; with 32 bytes
+/// they do not, but rows r and r + 4 then meet in the units' reads of S unless each group of
+/// four rows walks its columns one step later than the one before. Off until measured.
+pub const MATRIX_WIDE_SCORES: bool = false;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),
