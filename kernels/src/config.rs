@@ -55,6 +55,12 @@ impl ForwardPath {
 
 /// Edge of one cmma tile (m = n = k): the matrix path pads head_dim and val_dim to it.
 pub const MATRIX_TILE: u32 = 16;
+
+/// Bytes of alignment of every shared-memory tile a cmma fragment is loaded from or stored to
+/// (wmma needs 256-bit aligned pointers; every such tile's size is a multiple of it, so the
+/// offsets cubecl gives them stay aligned).
+pub const CMMA_ALIGN: usize = 32;
+
 /// Elements per global load and per `ldmatrix` row on the mma path (16 bytes of f16/bf16).
 pub use crate::primitives::chunk_io::CHUNK as MMA_CHUNK;
 /// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers

@@ -1,5 +1,5 @@
 //! [`MatrixConfig`]: the matrix forward's blocks, tile strides and shared memory.
-use super::{F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
+use super::{CMMA_ALIGN, F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
 use crate::primitives::row_stream::{RowCols, RowStreamShape};
 use crate::primitives::score::ScoreOptions;
 
@@ -145,12 +145,12 @@ impl MatrixConfig {
     }
 
     /// f32 per partial-statistics tile (maxima, sums): one per unit, or with `plane_shuffles`
-    /// only the cube's rescale flag (in the maxima's tile), in a tile of 8 words: 32 bytes keep
-    /// the tiles declared after it on their 32-byte alignment without padding that
+    /// only the cube's rescale flag (in the maxima's tile), in a tile of [`CMMA_ALIGN`] bytes:
+    /// the tiles declared after it keep their alignment without padding that
     /// `shared_memory_bytes` would not count (one word each made the gfx942 kernels 24 bytes
     /// larger than planned).
     pub fn partials(&self) -> u32 {
-        if self.plane_shuffles { 8 } else { self.units() }
+        if self.plane_shuffles { (CMMA_ALIGN / F32_BYTES) as u32 } else { self.units() }
     }
 
     /// Shared memory the kernel declares, in bytes.

@@ -28,7 +28,7 @@
 //! syncs a block. Control flow is uniform across the cube, with `plane_sync` across each plane.
 use cubecl::prelude::*;
 
-use crate::config::{MATRIX_TILE, MatrixConfig};
+use crate::config::{CMMA_ALIGN, MATRIX_TILE, MatrixConfig};
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::sync_units;
@@ -44,9 +44,6 @@ use super::unit_rows::{
     BlockStep, RowUnits, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
 };
 
-/// Bytes of alignment of every tile a cmma fragment is loaded from or stored to (wmma needs
-/// 256-bit aligned pointers; every tile's size is a multiple of it, so offsets stay aligned).
-const CMMA_ALIGN: usize = 32;
 
 /// Launches the matrix kernel. The caller (`flash_attention_forward`) has validated the
 /// problem, checked that the device registers the cmma config, and found that q, k and v load

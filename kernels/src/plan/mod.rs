@@ -314,8 +314,8 @@ pub const MATRIX_STAGGERED: bool = true;
 /// and the backward suite's f16 / bf16 tests (17 / 17) passing on it. With the stagger, an
 /// offline sm_90a compile (nvrtc / ptxas 12.9) spills 4 bytes of the bf16 forward at head dim 64
 /// (128 registers, the cap, either way); the H100's own compile of it spilled nothing. No device
-/// without cmma
-/// takes it: the stand-in keeps shared memory, since lavapipe has no plane operations.
+/// without cmma takes it: the stand-in keeps shared memory, since lavapipe has no plane
+/// operations.
 pub const MATRIX_PLANE_SOFTMAX: bool = true;
 
 /// Whether the matrix forward's S tile has 32-byte row padding, with rows staggered in four

@@ -5,14 +5,11 @@ use cubecl::prelude::*;
 
 use crate::backward::block_pair::entry_p_and_ds;
 use crate::backward::config::MatrixGradientConfig;
-use crate::config::MATRIX_TILE;
+use crate::config::{CMMA_ALIGN, MATRIX_TILE};
 use crate::primitives::score::{ScoreParams, ScoreTensors, is_masked_logit, score};
 use crate::primitives::tile_io::{HeadView, StatView, load_rows, view_row_stat};
 use crate::primitives::tile_mma::{TileLayout, TileMma};
 
-/// Bytes of alignment of every tile a fragment is loaded from or stored to (wmma needs
-/// 256-bit aligned pointers; every tile offset the kernels use is a multiple of it).
-const CMMA_ALIGN: usize = 32;
 /// Elements of one 16x16 tile: a plane's staging area when it writes its gradients.
 pub(super) const TILE_ELEMENTS: u32 = MATRIX_TILE * MATRIX_TILE;
 
