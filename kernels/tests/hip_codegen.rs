@@ -220,11 +220,15 @@ fn check_build<M: MatrixCores>(build: &str, keep: impl Fn(&Variant) -> bool) {
             written += 1;
         }
     }
-    println!(
+    let summary = format!(
         "{build}: {} variants checked {counts:?}; {written} written to {}",
         variants.len(),
         dir.display()
     );
+    println!("{summary}");
+    // For the report of scripts/hip_offline_check.sh, which may reuse these sources.
+    std::fs::write(dir.join(format!("checked.{build}.txt")), format!("{summary}\n"))
+        .expect("write the summary");
     assert!(
         failures.is_empty(),
         "{} violations:\n{}",
