@@ -112,6 +112,15 @@ fn gradient_source<F: Float>(
     config: MatrixGradientConfig,
     width: usize,
 ) -> String {
+    gradient_source_and_shared::<F>(client, config, width).0
+}
+
+/// [`gradient_source`] and the shared memory the kernel declares, in bytes.
+fn gradient_source_and_shared<F: Float>(
+    client: &support::Client,
+    config: MatrixGradientConfig,
+    width: usize,
+) -> (String, usize) {
     let settings = settings(CubeDim::new_2d(config.plane_size, config.planes()));
     match (config.kernel, config.atomic_dq, config.f32_tiles) {
         (BackwardKernel::KeyValue, atomic, f32_tiles) => {
@@ -122,7 +131,6 @@ fn gradient_source<F: Float>(
                         tensor(), tensor(), tensor(), tensor(), tensor(), tensor(), tensor(),
                         score_params(), width, config,
                     ))
-                    .0
                 };
             }
             match (atomic, f32_tiles) {
@@ -137,14 +145,12 @@ fn gradient_source<F: Float>(
                 settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
                 tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
             ))
-            .0
         }
         (BackwardKernel::Query, _, true) => {
             cuda_source(MatrixDqKernel::<F, f32, u32, Cmma, TestRuntime>::new(
                 settings, client.clone(), tensor(), tensor(), tensor(), tensor(), tensor(),
                 tensor(), tensor(), tensor(), tensor(), tensor(), score_params(), width, config,
             ))
-            .0
         }
     }
 }
@@ -331,4 +337,42 @@ fn matrix_forward_widens_its_score_rows_where_asked() {
     let (source, shared) = matrix_source::<half::bf16, u32>(&client, config, 8);
     dump("matrix_BF16_hd64_wide_scores.cu", &source);
     assert_fits_the_plan("wide scores", &source, shared, config.shared_memory_bytes());
+}
+
+/// With `Tuning::matrix_wide_scores` the gradient kernels' S and dP rows are 32 bytes longer
+/// (their units pairing a strip's rows two apart) and each kernel declares the shared memory
+/// the planner counts for them (within its estimate).
+#[test]
+fn matrix_gradients_widen_their_score_rows_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let case = problem(FloatKind::BF16, 64, 64, 203, 203);
+    for (kernel, dq) in [
+        (BackwardKernel::KeyValue, DqAccumulation::Kernel),
+        (BackwardKernel::KeyValue, DqAccumulation::Atomic),
+        (BackwardKernel::Query, DqAccumulation::Kernel),
+    ] {
+        let planned = |wide| {
+            let tuning = planning::tuning()
+                .with_backward_path(Some(BackwardPath::Matrix))
+                .with_matrix_wide_scores(Some(wide));
+            let plan = plan::backward::gradient(&caps, &case, Layout::CHUNKED, &tuning, kernel);
+            let GradientConfig::Matrix(config) = plan.expect("planned").config else { panic!() };
+            MatrixGradientConfig { atomic_dq: dq == DqAccumulation::Atomic, ..config }
+        };
+        let (narrow, wide) = (planned(false), planned(true));
+        assert!(wide.wide_scores && !narrow.wide_scores, "{kernel:?}");
+        assert_eq!(wide.score_stride(), narrow.score_stride() + 4, "{kernel:?}: 16 more bytes");
+        let (_, narrow_shared) = gradient_source_and_shared::<half::bf16>(&client, narrow, 8);
+        let (source, shared) = gradient_source_and_shared::<half::bf16>(&client, wide, 8);
+        dump(&format!("matrix_{kernel:?}_{dq:?}_wide_scores.cu"), &source);
+        let what = format!("{kernel:?}, {dq:?}, wide scores");
+        // The planner's count is an upper bound (the dQ kernel's unused P tile, one tile's
+        // worth, is dropped by the compiler); the widening it counts exactly.
+        let planned = wide.shared_memory_bytes();
+        assert!(shared <= planned && !source.contains("#error"), "{what}: {shared} > {planned}");
+        let widened = planned - narrow.shared_memory_bytes();
+        assert_eq!(shared - narrow_shared, widened, "{what}: S and dP rows 16 bytes longer");
+    }
 }

@@ -156,9 +156,12 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
 
 /// `Tuning::matrix_wide_scores` (off by default) pads S's f32 rows by 32 bytes instead of 16 and
 /// staggers the rows in four groups instead of two, on the H200 and on an MI300X (where the
-/// wider rows must still fit 64 KiB: the planner counts them).
+/// wider rows must still fit 64 KiB: the planner counts them); the gradient kernels' S and dP
+/// rows too, at head dims 64 and 128.
 #[test]
-fn matrix_forward_widens_its_score_rows_only_when_asked() {
+fn matrix_kernels_widen_their_score_rows_only_when_asked() {
+    use burn_flash_attn_kernels::backward::BackwardPath;
+    use burn_flash_attn_kernels::backward::config::GradientConfig;
     use burn_flash_attn_kernels::plan;
     let client = support::client();
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
@@ -180,5 +183,28 @@ fn matrix_forward_widens_its_score_rows_only_when_asked() {
         assert_eq!((narrow.stagger_groups(), wide.stagger_groups()), (2, 4), "{runtime}");
         let limit = props.hardware.max_shared_memory_size;
         assert!(wide.shared_memory_bytes() <= limit, "{runtime}: within {limit} bytes");
+        for head_dim in [64, 128] {
+            let gradients = |asked| {
+                let tuning = Tuning::default()
+                    .with_backward_path(Some(BackwardPath::Matrix))
+                    .with_matrix_wide_scores(asked);
+                let case = problem(FloatKind::F16, head_dim);
+                let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+                let backward = backward.expect("planned");
+                [backward.dkdv, backward.dq].map(|gradient| match gradient.config {
+                    GradientConfig::Matrix(config) => config,
+                    _ => panic!("{gradient}"),
+                })
+            };
+            let default = gradients(None);
+            let (narrow, wide) = (gradients(Some(false)), gradients(Some(true)));
+            for ((default, narrow), wide) in default.iter().zip(&narrow).zip(&wide) {
+                let what = format!("{runtime}, head dim {head_dim}, {:?}", wide.kernel);
+                assert_eq!(default.wide_scores, plan::MATRIX_WIDE_SCORES, "{what}");
+                assert!(!narrow.wide_scores && wide.wide_scores, "{what}");
+                assert_eq!(wide.score_stride(), wide.block_kv + 8, "{what}: 32 bytes of padding");
+                assert!(wide.shared_memory_bytes() <= limit, "{what}: within {limit} bytes");
+            }
+        }
     }
 }

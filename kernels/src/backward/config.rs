@@ -14,6 +14,7 @@ use crate::primitives::score::ScoreOptions;
 
 mod matrix;
 pub use matrix::MatrixGradientConfig;
+pub(crate) use matrix::ROWS_PER_PAIRING;
 
 /// Bytes of one f32: every staged tile of the portable kernels and every accumulator is f32.
 const F32_BYTES: usize = 4;

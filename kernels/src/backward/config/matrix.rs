@@ -53,6 +53,11 @@ pub struct MatrixGradientConfig {
     /// the one pass's dQ share still reads every plane's dS): where the device has plane syncs
     /// ([`crate::plan::Tuning::matrix_plane_softmax`]; CUDA, not HIP).
     pub plane_sync: bool,
+    /// S's and dP's f32 rows padded by 32 bytes instead of 16, so that the four rows a
+    /// half-warp stores from its accumulator fragments fall in distinct banks; the units then
+    /// take a 16-column strip's rows in pairs two apart ([`Self::pairs_rows_two_apart`]):
+    /// [`crate::plan::Tuning::matrix_wide_scores`].
+    pub wide_scores: bool,
 }
 
 impl MatrixGradientConfig {
@@ -109,9 +114,22 @@ impl MatrixGradientConfig {
         Self::padded(self.val_dim_tile(), self.elem_bytes)
     }
 
-    /// Row stride of the f32 S and dP tiles.
+    /// Row stride of the f32 S and dP tiles: padded as the others, or by 32 bytes with
+    /// `wide_scores`. A wmma f32 accumulator store writes, per half-warp, four rows of eight
+    /// floats: with a stride of 4 banks past a multiple of 32 (16 bytes) neighbouring rows
+    /// overlap; with 8 (block_kv a multiple of 16: 8 or 24) the four rows take 32 banks.
     pub fn score_stride(&self) -> u32 {
-        Self::padded(self.block_kv, F32_BYTES as u32)
+        let pad = if self.wide_scores { 2 * MATRIX_PAD_BYTES } else { MATRIX_PAD_BYTES };
+        self.block_kv + pad / F32_BYTES as u32
+    }
+
+    /// Whether the units walk a strip of `rows` x `cols` with its rows paired two apart (with
+    /// `wide_scores`, for 16-column strips of a multiple of 4 rows): a warp reads two rows of
+    /// 16 at once, which with the wide stride start 16 banks apart two rows on (one row on,
+    /// 8: half their banks shared), and writes P and dS (2-byte elements, 16-byte padding) 8
+    /// words of each, which then start 8 or 24 banks apart (one row on, 4).
+    pub fn pairs_rows_two_apart(&self, rows: u32, cols: u32) -> bool {
+        self.wide_scores && cols == MATRIX_TILE && rows.is_multiple_of(ROWS_PER_PAIRING)
     }
 
     /// Row stride of the P and dS tiles (dtype elements).
@@ -148,3 +166,5 @@ impl MatrixGradientConfig {
 
 /// Bytes of padding at the end of every row of the matrix gradient kernels' tiles.
 const MATRIX_PAD_BYTES: u32 = 16;
+/// Rows in which [`MatrixGradientConfig::pairs_rows_two_apart`] pairs rows (0 with 2, 1 with 3).
+pub(crate) const ROWS_PER_PAIRING: u32 = 4;

@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use crate::backward::block_pair::entry_p_and_ds;
-use crate::backward::config::MatrixGradientConfig;
+use crate::backward::config::{MatrixGradientConfig, ROWS_PER_PAIRING};
 use crate::config::{CMMA_ALIGN, MATRIX_TILE};
 use crate::primitives::score::{ScoreParams, ScoreTensors, is_masked_logit, score};
 use crate::primitives::tile_io::{HeadView, StatView, load_rows, view_row_stat};
@@ -186,7 +186,8 @@ pub(super) fn strip_transposed_product<E: Float, T: TileMma>(
 
 /// P (dK/dV kernel) and dS of the strip `[row0, row0 + rows) x [col0, col0 + cols)` of the pair,
 /// from the dots and dP in shared memory; each lane of the plane takes entries `lane + t
-/// plane_size`. `masked_pass` emits the tail, causal and mask checks.
+/// plane_size`, row by row (with [`MatrixGradientConfig::pairs_rows_two_apart`], rows in the
+/// order 0, 2, 1, 3, 4, 6, ...). `masked_pass` emits the tail, causal and mask checks.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn strip_gradients<F: Float, E: Float, M: Int>(
@@ -205,10 +206,17 @@ pub(super) fn strip_gradients<F: Float, E: Float, M: Int>(
     #[comptime] masked_pass: bool,
 ) {
     let entries = comptime!(rows * cols);
+    let paired = comptime!(config.pairs_rows_two_apart(rows, cols));
     for t in 0..comptime!(entries.div_ceil(config.plane_size)) {
         let e = UNIT_POS_X + t * config.plane_size;
         if e < entries {
-            let (i, j) = (row0 + e / cols, col0 + e % cols);
+            let mut line = e / cols;
+            if comptime!(paired) {
+                // Rows 0, 1, 2, 3 of each group of 4 taken as 0, 2, 1, 3.
+                let within = line % ROWS_PER_PAIRING;
+                line = line - within + (within % 2) * 2 + within / 2;
+            }
+            let (i, j) = (row0 + line, col0 + e % cols);
             let at = (i * config.score_stride() + j) as usize;
             let prob_at = (i * config.prob_stride() + j) as usize;
             let dot = tiles.s[at];

@@ -23,6 +23,7 @@ pub(super) fn matrix_config(
     kernel: BackwardKernel,
     stand_in: bool,
     f32_tiles: bool,
+    wide_scores: bool,
 ) -> Option<MatrixGradientConfig> {
     let candidates = MATRIX_PLANES
         .into_iter()
@@ -53,6 +54,8 @@ pub(super) fn matrix_config(
                 vector_loads: false,
                 prefetch: false,
                 plane_sync: false,
+                // Wider S and dP rows cost shared memory: they count in the fit below.
+                wide_scores,
             }
         })
         .find(|config| fits(caps, &GradientConfig::Matrix(*config)))

@@ -1,0 +1,276 @@
+//! [`Tuning`]: the planner's explicit overrides, and the defaults it takes without them, each
+//! with the measurement it came from.
+use crate::config::ForwardPath;
+use crate::error::FlashError;
+
+use super::DqAccumulation;
+use super::mma_blocks::MmaBlocks;
+
+/// Explicit overrides of the planner's choices, for benches, tests and tuning runs. The
+/// default (no override) is what the library picks; an override that the kernels cannot take
+/// is a [`FlashError::InvalidTuning`] from [`super::plan`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Tuning {
+    /// Force the forward's path (an error where the device cannot run it).
+    pub forward_path: Option<ForwardPath>,
+    /// The mma forward's blocks instead of the measured ones
+    /// ([`super::mma_blocks::forward_default`]).
+    pub forward_mma: Option<MmaBlocks>,
+    /// The mma backward's blocks instead of the measured ones (16-row planes only).
+    pub backward_mma: Option<MmaBlocks>,
+    /// How the backward sums dQ. `None` (the default): the planner's choice, the one pass on
+    /// the mma path from [`super::backward::ONE_PASS_MIN_KEYS`] keys where the device has f32
+    /// atomic add, dQ's own kernel elsewhere. `Kernel`: always dQ's own kernel, reruns
+    /// bit-identical ([`Tuning::deterministic`]). `Atomic` is a preference: taken where the
+    /// device has f32 atomic add (and, on the mma path, the one-pass kernel's blocks fit its
+    /// shared memory), `Kernel` elsewhere. [`super::BackwardPlan::dq_accumulation`] says which
+    /// a plan took.
+    pub backward_dq: Option<DqAccumulation>,
+    /// The one-pass backward's f32 per dQ atomic request (1, 2 or 4) instead of the widest the
+    /// device registers; narrowed to what the device registers (and, on the matrix path, to
+    /// what head_dim divides).
+    pub backward_dq_width: Option<u32>,
+    /// The gradient kernels' path, a preference: taken where the device can run it (the matrix
+    /// path needs cmma for the dtype, f16 / bf16), the planner's choice elsewhere; each
+    /// [`super::GradientPlan::choice`] says which. The one pass ([`Tuning::backward_dq`]) runs on
+    /// every path.
+    pub backward_path: Option<crate::backward::BackwardPath>,
+    /// Tests: where the matrix backward is asked for on a device without cmma for the dtype,
+    /// run its kernels with the scalar stand-in for the fragments
+    /// ([`crate::primitives::tile_mma::StandIn`]) instead of another path.
+    pub matrix_stand_in: bool,
+    /// Tests: with [`Tuning::matrix_stand_in`], stage the matrix backward's tiles in f32 (the
+    /// inputs converted), as gfx942 does for bf16.
+    pub matrix_f32_tiles: bool,
+    /// Whether the matrix kernels (forward and gradients) read q, k, v and d_out in 16-byte
+    /// vectors where the runtime and the rows allow ([`crate::primitives::tile_io::load_width`]:
+    /// CUDA and HIP, rows of whole vectors) instead of element by element; `None`:
+    /// [`MATRIX_VECTOR_LOADS`].
+    pub matrix_vector_loads: Option<bool>,
+    /// Whether the matrix kernels issue their streamed block's loads one block ahead, into
+    /// registers, while the previous block computes (with vector loads, where the registers
+    /// stay within [`MATRIX_PREFETCH_REGISTERS`]); `None`: [`MATRIX_PREFETCH`].
+    pub matrix_prefetch: Option<bool>,
+    /// Whether the matrix forward staggers the column walk of rows 8-15 of every plane
+    /// ([`crate::config::MatrixConfig::staggered`]); `None`: [`MATRIX_STAGGERED`].
+    pub matrix_staggered: Option<bool>,
+    /// Whether the matrix forward keeps its softmax inside each plane where the device allows
+    /// ([`crate::config::MatrixConfig::plane_shuffles`] / [`crate::config::MatrixConfig::plane_sync`]):
+    /// row maxima and sums by plane shuffles instead of through shared memory and cube syncs;
+    /// `None`: [`MATRIX_PLANE_SOFTMAX`].
+    pub matrix_plane_softmax: Option<bool>,
+    /// Whether the matrix kernels pad their f32 score rows by 32 bytes: the forward's S, with its
+    /// rows staggered in four groups of four ([`crate::config::MatrixConfig::wide_scores`]),
+    /// and the gradient kernels' S and dP, their strips' rows taken in pairs two apart
+    /// ([`crate::backward::config::MatrixGradientConfig::wide_scores`]); `None`:
+    /// [`MATRIX_WIDE_SCORES`].
+    pub matrix_wide_scores: Option<bool>,
+    /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
+    /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
+    /// the source, where nothing in registers is indexed by the step (see
+    /// [`crate::config::MmaConfig::rolled_steps`]); `None`: [`ROLLED_STEPS`].
+    pub rolled_steps: Option<bool>,
+    /// Whether the mma kernels (forward and gradients) stream their blocks by `cp.async`
+    /// (blocks with two buffers, on devices that have it) instead of through registers; `None`:
+    /// as the blocks say (on, by default). Off, a kernel's first compilation takes about 0.8 s
+    /// less of nvrtc (no libcu++ `cuda/barrier` and cooperative-groups headers: see
+    /// benches/RESULTS.md, 2026-12-05); the speed of the kernels streamed through registers at
+    /// the default blocks is not measured yet.
+    pub async_copy: Option<bool>,
+}
+
+impl Tuning {
+    pub fn with_forward_path(mut self, path: Option<ForwardPath>) -> Self {
+        self.forward_path = path;
+        self
+    }
+
+    pub fn with_forward_mma(mut self, blocks: Option<MmaBlocks>) -> Self {
+        self.forward_mma = blocks;
+        self
+    }
+
+    pub fn with_backward_mma(mut self, blocks: Option<MmaBlocks>) -> Self {
+        self.backward_mma = blocks;
+        self
+    }
+
+    pub fn with_backward_dq(mut self, accumulation: Option<DqAccumulation>) -> Self {
+        self.backward_dq = accumulation;
+        self
+    }
+
+    /// The deterministic backward: dQ by its own kernel, every sum in a fixed order, so that
+    /// reruns on the same inputs are bit-identical (`backward_dq = Some(Kernel)`). It gives up
+    /// the one pass's speed where the planner would take it (up to 1.16x forward + backward on
+    /// the H200 at 32768 keys: [`super::backward::ONE_PASS_MIN_KEYS`]).
+    pub fn deterministic(self) -> Self {
+        self.with_backward_dq(Some(DqAccumulation::Kernel))
+    }
+
+    pub fn with_backward_dq_width(mut self, width: Option<u32>) -> Self {
+        self.backward_dq_width = width;
+        self
+    }
+
+    pub fn with_backward_path(mut self, path: Option<crate::backward::BackwardPath>) -> Self {
+        self.backward_path = path;
+        self
+    }
+
+    pub fn with_matrix_stand_in(mut self, stand_in: bool) -> Self {
+        self.matrix_stand_in = stand_in;
+        self
+    }
+
+    pub fn with_matrix_vector_loads(mut self, vector_loads: Option<bool>) -> Self {
+        self.matrix_vector_loads = vector_loads;
+        self
+    }
+
+    pub fn with_matrix_prefetch(mut self, prefetch: Option<bool>) -> Self {
+        self.matrix_prefetch = prefetch;
+        self
+    }
+
+    pub fn with_matrix_staggered(mut self, staggered: Option<bool>) -> Self {
+        self.matrix_staggered = staggered;
+        self
+    }
+
+    pub fn with_matrix_plane_softmax(mut self, plane_softmax: Option<bool>) -> Self {
+        self.matrix_plane_softmax = plane_softmax;
+        self
+    }
+
+    pub fn with_matrix_wide_scores(mut self, wide_scores: Option<bool>) -> Self {
+        self.matrix_wide_scores = wide_scores;
+        self
+    }
+
+    pub fn with_matrix_f32_tiles(mut self, f32_tiles: bool) -> Self {
+        self.matrix_f32_tiles = f32_tiles;
+        self
+    }
+
+    pub fn with_rolled_steps(mut self, rolled: Option<bool>) -> Self {
+        self.rolled_steps = rolled;
+        self
+    }
+
+    pub fn with_async_copy(mut self, async_copy: Option<bool>) -> Self {
+        self.async_copy = async_copy;
+        self
+    }
+
+    /// `blocks` with [`Tuning::async_copy`] applied.
+    pub(crate) fn streamed(&self, blocks: MmaBlocks) -> MmaBlocks {
+        MmaBlocks { async_copy: self.async_copy.unwrap_or(blocks.async_copy), ..blocks }
+    }
+
+    /// [`Tuning::rolled_steps`], or the default.
+    pub fn rolled_steps(&self) -> bool {
+        self.rolled_steps.unwrap_or(ROLLED_STEPS)
+    }
+
+    /// Checks every override, whichever path a problem takes: the mma blocks the kernels can
+    /// take ([`MmaBlocks::validate`]), 16-row planes for the backward's.
+    pub fn validate(&self) -> Result<(), FlashError> {
+        if let Some(blocks) = self.forward_mma {
+            blocks.validate()?;
+        }
+        if let Some(width) = self.backward_dq_width
+            && !DQ_WIDTHS.contains(&width)
+        {
+            return Err(FlashError::InvalidTuning(format!(
+                "dQ atomic width {width}: one of {DQ_WIDTHS:?} f32 per request"
+            )));
+        }
+        if let Some(blocks) = self.backward_mma {
+            blocks.validate()?;
+            if blocks.plane_rows != crate::config::MATRIX_TILE {
+                return Err(FlashError::InvalidTuning(format!(
+                    "backward mma blocks {blocks}: the gradient kernels take {}-row planes",
+                    crate::config::MATRIX_TILE
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The mma kernels' default for [`Tuning::rolled_steps`]: unrolled in the source. Measured on
+/// the H200 (bf16, 2026-12-04, 44735d5, `benches/results/2026-12-04-h200-44735d5/`): rolled,
+/// forward and forward + backward run within 1.5 % of unrolled at head dims 32 and 64 but 1.6-3.4 %
+/// slower at 128 (nvrtc spills more there), and the first calls (compilation included) of a
+/// head-dim-128 configuration take 6.4 + 4.8 s instead of 13.0 + 6.5 s (not causal; causal
+/// 5.4 + 9.0 against 5.7 + 10.3; no gain at 64). A training run compiles once and runs for
+/// hours: the speed wins; `rolled_steps = Some(true)` is there for short runs and tests.
+pub const ROLLED_STEPS: bool = false;
+
+/// Whether the matrix kernels read their inputs in 16-byte vectors where they can
+/// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,
+/// 2026-12-06) it ran the matrix forward 1.6-2.2x and forward + backward 1.4-1.7x faster than
+/// element-wise staging, the whole forward suite passing on it.
+pub const MATRIX_VECTOR_LOADS: bool = true;
+
+/// Whether the matrix kernels fetch their streamed block one block ahead where the registers
+/// allow ([`Tuning::matrix_prefetch`]). Off: on an H100 (bf16, cmma, benches/RESULTS.md,
+/// 2026-12-06, adf5877) fetching ahead ran the matrix forward 0.85-0.88x as fast at head dim
+/// 64 (0.98-1.00x at 32 and 128) and forward + backward 0.96-0.97x (0.97-1.00x elsewhere).
+/// With 16-byte staging the kernels wait on shared memory (Nsight Compute: the L1 / shared
+/// pipe 80 % busy in the forward), not on global loads, and the held block costs registers
+/// (below). Kept as an option for devices where global latency binds.
+pub const MATRIX_PREFETCH: bool = false;
+
+/// Whether the matrix forward staggers rows 8-15's column walk ([`Tuning::matrix_staggered`]).
+/// Nsight Compute on an H100 (benches/RESULTS.md, 2026-12-06) found the matrix forward bound by
+/// its shared-memory pipe, with 2-way bank conflicts where, by the tiles' layout (rows padded by
+/// 16 bytes), S's reads and P's stores of rows r and r + 8 meet in one bank; staggered, they
+/// fall in different banks. On: on an H100 (bf16, cmma, softmax in the plane, a2d4d63) it ran
+/// the matrix forward 1.01-1.05x as fast at four of the bar's shapes (forward + backward
+/// 1.00-1.01x), the forward suite passing on it (163 / 163).
+pub const MATRIX_STAGGERED: bool = true;
+
+/// Whether the matrix forward keeps its softmax inside each plane where the device allows
+/// ([`Tuning::matrix_plane_softmax`]). A plane's 16 query rows are its own: its S, P and O
+/// never leave it, only K and V are shared by the cube. Through shared memory, each key/value
+/// block synchronizes the whole cube five times (K / V stored, S stored, the rows' maxima,
+/// their sums, the block done); with plane shuffles the maxima and sums need none, and where
+/// the plane can synchronize alone (CUDA's `__syncwarp`; HIP has no plane sync in CubeCL 0.10)
+/// S and P are handed over within the plane and the rescale of O is the plane's own vote, two
+/// cube syncs a block. The gradient kernels hand their strips over within the plane on the
+/// same knob where the plane can synchronize alone. On: on an H100 (bf16, cmma, a2d4d63) it
+/// ran the matrix forward 1.00-1.05x as fast at four of the bar's shapes (forward + backward
+/// 0.99-1.02x: the gradient kernels' two syncs fewer do not show), the forward suite (163 / 163)
+/// and the backward suite's f16 / bf16 tests (17 / 17) passing on it. With the stagger, an
+/// offline sm_90a compile (nvrtc / ptxas 12.9) spills 4 bytes of the bf16 forward at head dim 64
+/// (128 registers, the cap, either way); the H100's own compile of it spilled nothing. No device
+/// without cmma takes it: the stand-in keeps shared memory, since lavapipe has no plane
+/// operations.
+pub const MATRIX_PLANE_SOFTMAX: bool = true;
+
+/// Whether the matrix kernels' f32 score tiles have 32-byte row padding, the forward's rows
+/// staggered in four groups of four ([`Tuning::matrix_wide_scores`]). Nsight Compute on an H100
+/// (benches/RESULTS.md, 2026-12-06) puts 97 % of the forward's excess shared wavefronts in the
+/// stores of S's f32 accumulator fragments: a half-warp stores four rows of eight floats, and
+/// with 16-byte padding row r starts 4r banks on, so neighbouring rows overlap; with 32 bytes
+/// they do not, but rows r and r + 4 then meet in the units' reads of S unless each group of
+/// four rows walks its columns one step later than the one before. The gradient kernels' S and
+/// dP stores conflict the same way (43 % of the dK/dV kernel's excess); there the units read a
+/// 16-column strip two rows at a time, which the wide rows put 8 banks apart, so rows are taken
+/// in pairs two apart (16 banks), which also clears their 2-byte P / dS stores (28 %); the 32
+/// bytes count in every matrix kernel's shared memory. Off until measured.
+pub const MATRIX_WIDE_SCORES: bool = false;
+
+/// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
+/// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),
+/// without -> with the block ahead: the f16 forward at head dim 64 takes 128 -> 168 registers
+/// (and a 12-byte spill), the bf16 forward at 128 255 either way, the dK/dV kernel at 64
+/// 185 -> 255 (a 12-byte spill), dQ's at 64 96 -> 128; the dK/dV kernel at 128 takes 255
+/// without it, so it gets none. On gfx942 three variants spill with it (docs/HIP.md).
+pub const MATRIX_PREFETCH_REGISTERS: (u32, u32) = (64, 32);
+
+/// The one-pass backward's f32 per dQ atomic request, widest first
+/// ([`Tuning::backward_dq_width`], [`crate::backward::dq_sink`]).
+pub const DQ_WIDTHS: [u32; 3] = [4, 2, 1];
