@@ -13,9 +13,12 @@ use super::device::DeviceCaps;
 use super::mma_blocks;
 use super::{
     Layout, MATRIX_PLANE_SOFTMAX, MATRIX_PREFETCH, MATRIX_PREFETCH_REGISTERS,
-    MATRIX_STAGGERED, MATRIX_VECTOR_LOADS, MATRIX_WIDE_SCORES,
+    MATRIX_STAGGERED, MATRIX_VECTOR_LOADS,
     Tuning, prefetch_registers,
 };
+
+mod matrix;
+use matrix::matrix_config;
 
 /// Fewest units sharing one query row on the portable path: enough to split a row's S and O
 /// columns, few enough that the per-row reductions through shared memory stay short.
@@ -30,17 +33,6 @@ const PORTABLE_OUT_COLS_PER_UNIT: [u32; 2] = [16, 32];
 /// Block sizes tried, largest first: powers of two keep the cube a whole number of planes on
 /// every device; 8 is the smallest that still fills a lavapipe plane with 4 units per row.
 const BLOCK_CANDIDATES: [u32; 4] = [64, 32, 16, 8];
-/// Query rows per plane on the matrix path: one cmma tile of rows.
-const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
-/// Planes per cube tried on the matrix path, most first (4: block_q = 4 * 16 = 64, FA-2's
-/// choice for d <= 128; fewer where the tiles do not fit, e.g. f32 tiles at head dim 128 in an
-/// MI300X's 64 KiB).
-const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
-/// Units per plane of the matrix kernel's scalar stand-in (any count works: it uses no plane
-/// operation).
-const STAND_IN_PLANE_SIZE: u32 = 64;
-/// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
-const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 /// Widest head_dim / val_dim tile the mma path keeps in registers (Q fragments, O
 /// accumulators and the next block's K/V chunks must fit in 255 registers without spills).
 const MMA_MAX_DIM: u32 = 128;
@@ -343,53 +335,6 @@ fn portable_config(caps: &DeviceCaps, problem: &AttentionProblem) -> Result<Port
         }
     }
     Err(too_big(caps, problem))
-}
-
-/// The matrix path's config: the most planes (16 query rows each), then the largest key/value
-/// block, padded rows first, whose tiles fit the device.
-fn matrix_config(
-    caps: &DeviceCaps,
-    problem: &AttentionProblem,
-    stand_in: bool,
-    f32_tiles: bool,
-    tuning: &Tuning,
-) -> Result<MatrixConfig, FlashError> {
-    let plane_size = if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() };
-    // Wider S rows cost shared memory: asked for, they count in the fit below.
-    let wide_scores = tuning.matrix_wide_scores.unwrap_or(MATRIX_WIDE_SCORES);
-    if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
-        return Err(FlashError::Device(format!(
-            "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
-        )));
-    }
-    let tiles = if f32_tiles { FloatKind::F32 } else { problem.dtype };
-    // Padded rows first at each block size (fewer bank conflicts in the fragment loads).
-    MATRIX_PLANES
-        .into_iter()
-        .flat_map(|planes| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (planes, block_kv)))
-        .flat_map(|(planes, block_kv)| [(planes, block_kv, true), (planes, block_kv, false)])
-        .map(|(planes, block_kv, padded)| MatrixConfig {
-            block_q: planes * MATRIX_ROWS_PER_PLANE,
-            block_kv,
-            head_dim: problem.head_dim as u32,
-            val_dim: problem.val_dim as u32,
-            plane_size,
-            elem_bytes: tiles.size() as u32,
-            f32_tiles,
-            stand_in,
-            precise_math: precise_math(problem.dtype),
-            quiet_softmax: problem.quiet_softmax,
-            score: problem.score_options(),
-            padded,
-            vector_loads: false,
-            prefetch: false,
-            staggered: false,
-            plane_shuffles: false,
-            plane_sync: false,
-            wide_scores: wide_scores && padded,
-        })
-        .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
-        .ok_or_else(|| too_big(caps, problem))
 }
 
 /// Whether the mma paths hold the problem's rows in registers and load them in whole chunks.
