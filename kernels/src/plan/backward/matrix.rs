@@ -4,14 +4,9 @@ use crate::config::MATRIX_TILE;
 use crate::problem::{AttentionProblem, FloatKind};
 
 use super::super::device::DeviceCaps;
+use super::super::{MATRIX_PLANES, STAND_IN_PLANE_SIZE};
 use super::fits;
 
-/// Planes per cube tried on the matrix path, most first (4: one per SIMD of a CDNA3 CU, as
-/// [`super::PLANES_PER_CUBE_AT_LEAST`]); each plane accumulates 16 outer rows.
-const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
-/// Units per plane of the matrix kernels' scalar stand-in (any count works: it uses no plane
-/// operation).
-const STAND_IN_PLANE_SIZE: u32 = 64;
 /// Inner (streamed) block rows tried on the matrix path for each plane count, largest first.
 const MATRIX_INNER: [u32; 3] = [64, 32, 16];
 

@@ -4,18 +4,11 @@ use crate::error::FlashError;
 use crate::problem::{AttentionProblem, FloatKind};
 
 use super::super::device::DeviceCaps;
-use super::super::{MATRIX_WIDE_SCORES, Tuning};
+use super::super::{MATRIX_PLANES, MATRIX_WIDE_SCORES, STAND_IN_PLANE_SIZE, Tuning};
 use super::{precise_math, too_big};
 
 /// Query rows per plane on the matrix path: one cmma tile of rows.
 const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
-/// Planes per cube tried on the matrix path, most first (4: block_q = 4 * 16 = 64, FA-2's
-/// choice for d <= 128; fewer where the tiles do not fit, e.g. f32 tiles at head dim 128 in an
-/// MI300X's 64 KiB).
-const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
-/// Units per plane of the matrix kernel's scalar stand-in (any count works: it uses no plane
-/// operation).
-const STAND_IN_PLANE_SIZE: u32 = 64;
 /// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 
