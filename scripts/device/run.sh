@@ -269,9 +269,10 @@ for s in "$@"; do
       # off, one process each: prefetch, the streamed blocks fetched one block ahead
       # (Tuning::matrix_prefetch); staggered, the forward's rows 8-15 walking their columns one
       # step later (Tuning::matrix_staggered); plane_softmax, the forward's softmax kept in each
-      # plane (Tuning::matrix_plane_softmax); wide_scores, S's rows padded by 32 bytes and
-      # staggered in four groups (Tuning::matrix_wide_scores). At AB_SHAPES (default: the six of issue 15's
-      # bar): $OUT/$s.csv (impl flash-matrix-$s-true, flash-matrix-$s-false).
+      # plane (Tuning::matrix_plane_softmax); wide_scores, the f32 score rows padded by 32
+      # bytes (the forward's S, its rows staggered in four groups; the gradient kernels' S and
+      # dP, a strip's rows paired two apart: Tuning::matrix_wide_scores). At AB_SHAPES
+      # (default: the six of issue 15's bar): $OUT/$s.csv (impl flash-matrix-$s-true, -false).
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
       start=$SECONDS
