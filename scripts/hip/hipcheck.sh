@@ -7,9 +7,9 @@
 #   file=F status=fail error="first error"
 # Exits 1 when the compile fails. ROCM=DIR (the toolchain), EXTRA_FLAGS (e.g. -I for rocWMMA).
 #
-# PCH_DIR=DIR: the file's `#include` lines are compiled once into DIR/<hash of those lines>.pch
-# (the same flags; a lock keeps parallel runs from building one header twice) and included
-# precompiled. Parsing the HIP (and rocWMMA) headers is about half of a variant's compile; the
+# PCH_DIR=DIR: the file's `#include` lines are compiled once, with the same flags, into
+# DIR/<hash of those lines and the flags>.pch (a lock keeps parallel runs from building one
+# header twice) and included precompiled. Parsing the HIP (and rocWMMA) headers is about half of a variant's compile; the
 # code compiled is the same, and so is every field printed (checked on all 658 variants).
 # Origin: shared/hip/hipcheck.sh (the ladder in docs/HIP.md).
 set -euo pipefail
@@ -24,7 +24,7 @@ flags=(-x hip --offload-arch="$ARCH" --cuda-device-only --no-gpu-bundle-output
   --rocm-path="$ROCM" --hip-path="$ROCM" -std=c++17 -O3 ${EXTRA_FLAGS:-})
 if [ -n "${PCH_DIR:-}" ]; then
   mkdir -p "$PCH_DIR"
-  key=$(grep -E '^#include' "$SRC" | md5sum | cut -c1-16)
+  key=$({ grep -E '^#include' "$SRC"; echo "${flags[*]}"; } | md5sum | cut -c1-16)
   pch="$PCH_DIR/$key.$ARCH.pch"
   (
     flock 9
