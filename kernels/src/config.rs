@@ -61,6 +61,20 @@ pub const MATRIX_TILE: u32 = 16;
 /// offsets cubecl gives them stay aligned).
 pub const CMMA_ALIGN: usize = 32;
 
+/// Bytes of padding after every row of the matrix kernels' shared tiles (forward and gradient
+/// kernels): the 8 rows a fragment load reads at once start in 8 different groups of 4
+/// shared-memory banks (unpadded, rows of a multiple of 128 bytes all start in the same ones);
+/// rows of 16 tiles stay 32-byte aligned, as fragment loads need.
+pub(crate) const MATRIX_PAD_BYTES: u32 = 16;
+
+/// Bytes of padding after each f32 score row of the matrix kernels (the forward's S, the
+/// gradient kernels' S and dP): [`MATRIX_PAD_BYTES`], or twice that with `wide_scores`. A wmma
+/// f32 accumulator store writes, per half-warp, four rows of eight floats: rows starting 4
+/// banks apart (16 bytes past a multiple of 128) overlap; 8 apart, the four take 32 banks.
+pub(crate) fn score_row_pad_bytes(wide_scores: bool) -> u32 {
+    if wide_scores { 2 * MATRIX_PAD_BYTES } else { MATRIX_PAD_BYTES }
+}
+
 /// Elements per global load and per `ldmatrix` row on the mma path (16 bytes of f16/bf16).
 pub use crate::primitives::chunk_io::CHUNK as MMA_CHUNK;
 /// Mma path: Q columns times row tiles up to which a plane keeps its Q fragments in registers

@@ -1,5 +1,7 @@
 //! [`MatrixConfig`]: the matrix forward's blocks, tile strides and shared memory.
-use super::{CMMA_ALIGN, F32_BYTES, MATRIX_TILE, RowSplit, SplitsRows};
+use super::{
+    CMMA_ALIGN, F32_BYTES, MATRIX_PAD_BYTES, MATRIX_TILE, RowSplit, SplitsRows, score_row_pad_bytes,
+};
 use crate::primitives::row_stream::{RowCols, RowStreamShape};
 use crate::primitives::score::ScoreOptions;
 
@@ -118,10 +120,11 @@ impl MatrixConfig {
         self.val_dim_tile() + self.pad(self.elem_bytes)
     }
 
-    /// Row stride of the f32 S tile, padded.
+    /// Row stride of the f32 S tile, padded ([`score_row_pad_bytes`]: twice as much with
+    /// `wide_scores`).
     pub fn score_stride(&self) -> u32 {
-        let pad = self.pad(F32_BYTES as u32);
-        self.block_kv + if self.wide_scores { 2 * pad } else { pad }
+        let pad = if self.padded { score_row_pad_bytes(self.wide_scores) } else { 0 };
+        self.block_kv + pad / F32_BYTES as u32
     }
 
     /// Groups of rows in a plane's 16 whose column walks are staggered (`staggered`): 2 (rows
@@ -175,9 +178,6 @@ impl MatrixConfig {
         }
     }
 }
-
-/// Bytes of padding after every row of the matrix forward's tiles.
-const MATRIX_PAD_BYTES: u32 = 16;
 
 impl SplitsRows for MatrixConfig {
     fn split(&self) -> RowSplit {

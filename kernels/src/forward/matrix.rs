@@ -44,7 +44,6 @@ use super::unit_rows::{
     BlockStep, RowUnits, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
 };
 
-
 /// Launches the matrix kernel. The caller (`flash_attention_forward`) has validated the
 /// problem, checked that the device registers the cmma config, and found that q, k and v load
 /// in vectors of `width` elements ([`crate::primitives::tile_io::load_width`]).

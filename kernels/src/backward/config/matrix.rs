@@ -1,6 +1,6 @@
 //! [`MatrixGradientConfig`]: the matrix gradient kernels' blocks, tile strides and shared
 //! memory.
-use crate::config::MATRIX_TILE;
+use crate::config::{MATRIX_PAD_BYTES, MATRIX_TILE, score_row_pad_bytes};
 
 use super::{BackwardKernel, F32_BYTES, outer_inner};
 use crate::primitives::score::ScoreOptions;
@@ -96,10 +96,7 @@ impl MatrixGradientConfig {
         self.kernel == BackwardKernel::KeyValue
     }
 
-    /// Row stride of a tile of `cols` elements of `bytes` each: 16 bytes of padding, so that
-    /// the 8 rows a fragment load reads at once start in 8 different groups of 4 shared-memory
-    /// banks (unpadded, rows of 64 or 128 bytes multiples all start in the same banks). Rows
-    /// of 16 tiles stay 32-byte aligned, as fragment loads need.
+    /// Row stride of a tile of `cols` elements of `bytes` each, [`MATRIX_PAD_BYTES`] padded.
     fn padded(cols: u32, bytes: u32) -> u32 {
         cols + MATRIX_PAD_BYTES / bytes
     }
@@ -114,13 +111,10 @@ impl MatrixGradientConfig {
         Self::padded(self.val_dim_tile(), self.elem_bytes)
     }
 
-    /// Row stride of the f32 S and dP tiles: padded as the others, or by 32 bytes with
-    /// `wide_scores`. A wmma f32 accumulator store writes, per half-warp, four rows of eight
-    /// floats: with a stride of 4 banks past a multiple of 32 (16 bytes) neighbouring rows
-    /// overlap; with 8 (block_kv a multiple of 16: 8 or 24) the four rows take 32 banks.
+    /// Row stride of the f32 S and dP tiles ([`score_row_pad_bytes`]: padded as the others, or
+    /// twice as much with `wide_scores`).
     pub fn score_stride(&self) -> u32 {
-        let pad = if self.wide_scores { 2 * MATRIX_PAD_BYTES } else { MATRIX_PAD_BYTES };
-        self.block_kv + pad / F32_BYTES as u32
+        self.block_kv + score_row_pad_bytes(self.wide_scores) / F32_BYTES as u32
     }
 
     /// Whether the units walk a strip of `rows` x `cols` with its rows paired two apart (with
@@ -164,7 +158,5 @@ impl MatrixGradientConfig {
     }
 }
 
-/// Bytes of padding at the end of every row of the matrix gradient kernels' tiles.
-const MATRIX_PAD_BYTES: u32 = 16;
 /// Rows in which [`MatrixGradientConfig::pairs_rows_two_apart`] pairs rows (0 with 2, 1 with 3).
 pub(crate) const ROWS_PER_PAIRING: u32 = 4;
