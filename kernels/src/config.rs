@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! ForwardConfig ── Portable(PortableConfig)  forward/portable.rs ┐ one body: forward/unit_rows.rs
-//!               ├─ Matrix(MatrixConfig)      forward/matrix.rs   ┘ (SplitRows: how rows split)
+//!               ├─ Matrix(MatrixConfig)      forward/matrix/     ┘ (SplitRows: how rows split)
 //!               └─ Mma(MmaConfig)            forward/mma/
 //! ```
 use crate::primitives::arena::Carver;

@@ -5,7 +5,7 @@ use super::{
 use crate::primitives::row_stream::{RowCols, RowStreamShape};
 use crate::primitives::score::ScoreOptions;
 
-/// The matrix kernel (`forward/matrix.rs`): 16x16x16 tile products (cmma, or the scalar
+/// The matrix kernel (`forward/matrix/`): 16x16x16 tile products (cmma, or the scalar
 /// stand-in) on tiles staged in the dtype or in f32, the softmax through shared memory. Each
 /// plane owns 16 query rows.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]

@@ -28,14 +28,14 @@
 //! syncs a block. Control flow is uniform across the cube, with `plane_sync` across each plane.
 use cubecl::prelude::*;
 
-use crate::config::{CMMA_ALIGN, MATRIX_TILE, MatrixConfig};
+use crate::config::{MATRIX_TILE, MatrixConfig};
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::sync_units;
-use crate::primitives::row_stream::{RowSource, RowStream, row_stream, stream_ahead, stream_block};
+use crate::primitives::row_stream::{RowSource, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, ScoreTensors, score};
-use crate::primitives::tile_io::{HeadView, load_rows};
-use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
+use crate::primitives::tile_io::HeadView;
+use crate::primitives::tile_mma::{Cmma, StandIn, TileMma};
 
 use core::marker::PhantomData;
 
@@ -43,6 +43,10 @@ use super::ForwardArgs;
 use super::unit_rows::{
     BlockStep, RowUnits, UnitRole, block_alpha, block_probabilities, forward_rows, unit_column,
 };
+
+mod tiles;
+
+use tiles::Tiles;
 
 /// Launches the matrix kernel. The caller (`flash_attention_forward`) has validated the
 /// problem, checked that the device registers the cmma config, and found that q, k and v load
@@ -76,36 +80,6 @@ pub(crate) fn launch<R: Runtime, F: Float, M: Int>(
         (true, false) => launch!(f32, Cmma),
         (true, true) => launch!(f32, StandIn),
     }
-}
-
-/// Shared-memory tiles of one cube (`T`: the tiles' type), the plane's O fragments and the
-/// next key/value block on its way (`F` in vectors of `N`).
-#[derive(CubeType)]
-pub(crate) struct Tiles<F: Float, T: Float, Mm: TileMma, N: Size> {
-    /// `[block_q, head_stride]` in T, loaded once, zero-padded.
-    q: SharedMemory<T>,
-    /// `[block_kv, head_stride]` in T, one key block, zero-padded.
-    k: SharedMemory<T>,
-    /// `[block_kv, val_stride]` in T, one value block, zero-padded.
-    v: SharedMemory<T>,
-    /// `[block_q, score_stride]` f32: raw `q · k` of the current block. Once the logits are
-    /// read, `s[0]` is the cube's rescale flag for the block (see `attend`).
-    s: SharedMemory<f32>,
-    /// `[block_q, prob_stride]` in T: the probabilities, A operand of `P V`.
-    p: SharedMemory<T>,
-    /// `[block_q, out_stride]` f32: where O's fragments pass through when a row's running
-    /// max moves (the rescale) and at the end.
-    o_stage: SharedMemory<f32>,
-    /// One f32 per unit: partial row maxima.
-    partial_max: SharedMemory<f32>,
-    /// One f32 per unit: partial row sums.
-    partial_sum: SharedMemory<f32>,
-    /// This plane's 16 rows of O, `val_dim_tile / 16` accumulator tiles, unnormalized (kept
-    /// against the rows' running maxima), across every key/value block.
-    o: Sequence<Mm::Acc>,
-    /// K and V rows on their way to `k` and `v`: with `MatrixConfig::prefetch`, the next
-    /// block's, in flight while this one computes.
-    kv: RowStream<F, N>,
 }
 
 #[cube(launch_unchecked)]
@@ -145,43 +119,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         q_start: u32,
         #[comptime] config: MatrixConfig,
     ) -> Tiles<F, T, Mm, N> {
-        let units = comptime!(config.units());
-        let dk = comptime!(config.head_dim_tile());
-        let mut tiles = Tiles::<F, T, Mm, N> {
-            q: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.head_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            k: SharedMemory::new_aligned(
-                comptime!((config.block_kv * config.head_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            v: SharedMemory::new_aligned(
-                comptime!((config.block_kv * config.val_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            s: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.score_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            p: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.prob_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            o_stage: SharedMemory::new_aligned(
-                comptime!((config.block_q * config.out_stride()) as usize),
-                CMMA_ALIGN,
-            ),
-            partial_max: SharedMemory::new(comptime!(config.partials() as usize)),
-            partial_sum: SharedMemory::new(comptime!(config.partials() as usize)),
-            o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
-            kv: row_stream::<F, N>(q, comptime!(config.kv_stream())),
-        };
-        let tile = &mut tiles.q.to_slice_mut();
-        let (dim, block_q, whole) = comptime!((config.head_dim, config.block_q, !config.f32_tiles));
-        let stride = comptime!(config.head_stride());
-        load_rows::<F, T, N>(q, q_view, tile, q_start, block_q, dim, dk, stride, units, whole);
-        tiles
+        tiles::query_tiles::<F, T, Mm, N>(q, q_view, q_start, config)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -203,12 +141,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         #[comptime] config: MatrixConfig,
         #[comptime] masked_pass: bool,
     ) {
-        let lanes = comptime!(config.units_per_row());
-        let dk = comptime!(config.head_dim_tile());
-        let dv = comptime!(config.val_dim_tile());
-        let (dk_stride, dv_stride) = comptime!((config.head_stride(), config.val_stride()));
         let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
-        let out_stride = comptime!(config.out_stride());
         let bkv = config.block_kv;
         let kv_start = kv_block * bkv;
         // First row of this plane's 16 query rows.
@@ -230,37 +163,8 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         sync_cube();
         stream_ahead::<F, N>(&mut tiles.kv, &source, kv_block, range, stream);
 
-        // S = Q K^T for this plane's rows, a row of bkv / 16 accumulator tiles: per 16 columns
-        // of the head, the plane's Q fragment is loaded once for all of them. K is row-major
-        // [block_kv, dk], i.e. K^T column-major: tile (kk, n) at n 16 dk_stride + 16 kk.
-        let mut s_acc = zero_tiles::<Mm>(comptime!(bkv / MATRIX_TILE), config.plane_size);
-        // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
-        #[unroll(!config.stand_in)]
-        for kk in 0..comptime!(dk / MATRIX_TILE) {
-            let q_at = (plane_row * dk_stride + kk * MATRIX_TILE) as usize;
-            Mm::execute_row::<T>(
-                &mut s_acc,
-                comptime!(bkv / MATRIX_TILE),
-                &tiles.q.slice(q_at, tiles.q.len()),
-                TileLayout::RowMajor,
-                dk_stride,
-                &tiles.k.slice((kk * MATRIX_TILE) as usize, tiles.k.len()),
-                TileLayout::ColMajor,
-                dk_stride,
-                comptime!(MATRIX_TILE * dk_stride),
-                config.plane_size,
-            );
-        }
-        #[unroll]
-        for n in 0..comptime!(bkv / MATRIX_TILE) {
-            let len = tiles.s.len();
-            Mm::store(
-                s_acc.index(n as usize),
-                &mut tiles.s.slice_mut((plane_row * score_stride + n * MATRIX_TILE) as usize, len),
-                score_stride,
-                config.plane_size,
-            );
-        }
+        // S = Q K^T for this plane's rows, into its rows of `s`.
+        tiles::plane_scores::<F, T, Mm, N>(tiles, plane_row, config);
         // With shuffles but cube syncs, the rescale flag has its own word (`partial_max[0]`),
         // cleared here: after the K / V sync, which every read of the previous block's flag
         // precedes, and before the S sync, which every unit passes before it sets the flag.
@@ -354,46 +258,11 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             tiles.s[0] != 0.0f32
         };
         if rescale {
-            // O = alpha O, row by row, through this plane's rows of the staging tile.
-            stage_o::<F, T, Mm, N>(tiles, plane_row, config.plane_sync, config);
-            let at = (role.row * out_stride + role.lane) as usize;
-            #[unroll]
-            for c in 0..config.out_cols_per_unit() {
-                let e = at + (c * lanes) as usize;
-                tiles.o_stage[e] = tiles.o_stage[e] * alpha;
-            }
-            sync_units(config.plane_sync);
-            #[unroll]
-            for n in 0..comptime!(dv / MATRIX_TILE) {
-                let from = (plane_row * out_stride + n * MATRIX_TILE) as usize;
-                let len = tiles.o_stage.len();
-                Mm::load(
-                    tiles.o.index_mut(n as usize),
-                    &tiles.o_stage.slice(from, len),
-                    out_stride,
-                    config.plane_size,
-                );
-            }
+            tiles::rescale_o::<F, T, Mm, N>(tiles, role, plane_row, alpha, config);
         }
 
-        // O += P V for this plane's rows, in its fragments: per 16 keys, the plane's P fragment
-        // once for all of O's tiles.
-        #[unroll(!config.stand_in)]
-        for kk in 0..comptime!(bkv / MATRIX_TILE) {
-            let p_at = (plane_row * prob_stride + kk * MATRIX_TILE) as usize;
-            Mm::execute_row::<T>(
-                &mut tiles.o,
-                comptime!(dv / MATRIX_TILE),
-                &tiles.p.slice(p_at, tiles.p.len()),
-                TileLayout::RowMajor,
-                prob_stride,
-                &tiles.v.slice((kk * MATRIX_TILE * dv_stride) as usize, tiles.v.len()),
-                TileLayout::RowMajor,
-                dv_stride,
-                MATRIX_TILE,
-                config.plane_size,
-            );
-        }
+        // O += P V for this plane's rows, in its fragments.
+        tiles::accumulate_pv::<F, T, Mm, N>(tiles, plane_row, config);
         // The next block overwrites K and V (after this sync), S (with the flag) and P (after
         // one more).
         sync_cube();
@@ -406,36 +275,13 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         #[comptime] config: MatrixConfig,
     ) {
         let lanes = comptime!(config.units_per_row());
-        stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, false, config);
+        tiles::stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, false, config);
         let at = (role.row * config.out_stride() + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
             acc[c as usize] = tiles.o_stage[at + (c * lanes) as usize];
         }
     }
-}
-
-/// Stores this plane's O fragments into its rows of the staging tile and synchronizes the
-/// plane (`plane`), or the cube (every plane of it must call it then).
-#[cube]
-fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
-    tiles: &mut Tiles<F, T, Mm, N>,
-    plane_row: u32,
-    #[comptime] plane: bool,
-    #[comptime] config: MatrixConfig,
-) {
-    let out_stride = comptime!(config.out_stride());
-    #[unroll]
-    for n in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
-        let len = tiles.o_stage.len();
-        Mm::store(
-            tiles.o.index(n as usize),
-            &mut tiles.o_stage.slice_mut((plane_row * out_stride + n * MATRIX_TILE) as usize, len),
-            out_stride,
-            config.plane_size,
-        );
-    }
-    sync_units(plane);
 }
 
 /// How the matrix forward splits a row's block of S over its units.
