@@ -124,14 +124,18 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
     let lavapipe = client.properties().clone();
     // (props, runtime, asked, forward shuffles, forward plane sync, gradient plane sync)
     let on = plan::MATRIX_PLANE_SOFTMAX;
-    let cases = [
+    let mut cases = vec![
         (&h200, planning::SIMULATED, None, on, on, on),
         (&h200, planning::SIMULATED, Some(false), false, false, false),
         (&h200, planning::SIMULATED, Some(true), true, true, true),
         (&mi300x, "hip", None, on, false, false),
         (&mi300x, "hip", Some(true), true, false, false),
-        (&lavapipe, planning::SIMULATED, Some(true), false, false, false),
     ];
+    // The test client is lavapipe (the stand-in) on CPU; on a GPU it is that GPU, which the
+    // H200 properties above stand for.
+    if lavapipe.features.matmul.cmma.is_empty() {
+        cases.push((&lavapipe, planning::SIMULATED, Some(true), false, false, false));
+    }
     for (props, runtime, asked, shuffles, plane_sync, gradient_sync) in cases {
         let caps = DeviceCaps::new(props, runtime);
         let tuning = Tuning::default()
@@ -154,10 +158,11 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
     }
 }
 
-/// `Tuning::matrix_wide_scores` (off by default) pads S's f32 rows by 32 bytes instead of 16 and
-/// staggers the rows in four groups instead of two, on the H200 and on an MI300X (where the
-/// wider rows must still fit 64 KiB: the planner counts them); the gradient kernels' S and dP
-/// rows too, at head dims 64 and 128.
+/// `Tuning::matrix_wide_scores` pads S's f32 rows by 32 bytes instead of 16 and staggers the
+/// rows in four groups instead of two (on by default in the forward, off in the gradient
+/// kernels), on the H200 and on an MI300X, where the wider rows must still fit 64 KiB: the
+/// planner counts them, and takes the narrow padding before a smaller block. The gradient
+/// kernels' S and dP rows too, at head dims 64 and 128.
 #[test]
 fn matrix_kernels_widen_their_score_rows_only_when_asked() {
     use burn_flash_attn_kernels::backward::BackwardPath;
@@ -167,16 +172,23 @@ fn matrix_kernels_widen_their_score_rows_only_when_asked() {
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
         let caps = DeviceCaps::new(props, runtime);
-        let planned = |asked| {
+        let planned = |asked, head_dim| {
             let tuning = Tuning::default()
                 .with_forward_path(Some(ForwardPath::Matrix))
                 .with_matrix_wide_scores(asked);
-            let case = problem(FloatKind::F16, 64);
+            let case = problem(FloatKind::F16, head_dim);
             let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
             let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
             config
         };
-        let (default, narrow, wide) = (planned(None), planned(Some(false)), planned(Some(true)));
+        for head_dim in [128, 256] {
+            let (narrow, wide) = (planned(Some(false), head_dim), planned(Some(true), head_dim));
+            let blocks = |c: &burn_flash_attn_kernels::MatrixConfig| (c.block_q, c.block_kv);
+            assert_eq!(blocks(&wide), blocks(&narrow), "{runtime}, head dim {head_dim}");
+        }
+        let head_dim = 64;
+        let (default, narrow, wide) =
+            (planned(None, head_dim), planned(Some(false), head_dim), planned(Some(true), head_dim));
         assert_eq!(default.wide_scores, plan::MATRIX_WIDE_SCORES, "{runtime}");
         assert!(!narrow.wide_scores && wide.wide_scores, "{runtime}");
         assert_eq!(wide.score_stride(), narrow.score_stride() + 4, "{runtime}: 16 more bytes");
@@ -200,8 +212,10 @@ fn matrix_kernels_widen_their_score_rows_only_when_asked() {
             let (narrow, wide) = (gradients(Some(false)), gradients(Some(true)));
             for ((default, narrow), wide) in default.iter().zip(&narrow).zip(&wide) {
                 let what = format!("{runtime}, head dim {head_dim}, {:?}", wide.kernel);
-                assert_eq!(default.wide_scores, plan::MATRIX_WIDE_SCORES, "{what}");
+                assert_eq!(default.wide_scores, plan::MATRIX_GRADIENT_WIDE_SCORES, "{what}");
                 assert!(!narrow.wide_scores && wide.wide_scores, "{what}");
+                let blocks = (wide.block_q, wide.block_kv);
+                assert_eq!(blocks, (narrow.block_q, narrow.block_kv), "{what}: same blocks");
                 assert_eq!(wide.score_stride(), wide.block_kv + 8, "{what}: 32 bytes of padding");
                 assert!(wide.shared_memory_bytes() <= limit, "{what}: within {limit} bytes");
             }

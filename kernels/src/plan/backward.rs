@@ -292,7 +292,7 @@ pub fn gradient(
     // register mma for the dtype (not yet measured against it where the mma path cannot take
     // the layout or does not fit).
     let matrix_asked = asked == Some(BackwardPath::Matrix);
-    let wide_scores = tuning.matrix_wide_scores.unwrap_or(super::MATRIX_WIDE_SCORES);
+    let wide_scores = tuning.matrix_wide_scores.unwrap_or(super::MATRIX_GRADIENT_WIDE_SCORES);
     if ((cmma && (matrix_asked || choice == GradientChoice::NoRegisterMma)) || stand_in)
         && let Some(config) = matrix_config(caps, problem, kernel, !cmma, f32_tiles, wide_scores)
     {

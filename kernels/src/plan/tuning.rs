@@ -62,8 +62,9 @@ pub struct Tuning {
     /// Whether the matrix kernels pad their f32 score rows by 32 bytes: the forward's S, with its
     /// rows staggered in four groups of four ([`crate::config::MatrixConfig::wide_scores`]),
     /// and the gradient kernels' S and dP, their strips' rows taken in pairs two apart
-    /// ([`crate::backward::config::MatrixGradientConfig::wide_scores`]); `None`:
-    /// [`MATRIX_WIDE_SCORES`].
+    /// ([`crate::backward::config::MatrixGradientConfig::wide_scores`]). `Some(_)` sets both;
+    /// `None`: [`MATRIX_WIDE_SCORES`] for the forward, [`MATRIX_GRADIENT_WIDE_SCORES`] for the
+    /// gradient kernels.
     pub matrix_wide_scores: Option<bool>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
@@ -250,18 +251,26 @@ pub const MATRIX_STAGGERED: bool = true;
 /// operations.
 pub const MATRIX_PLANE_SOFTMAX: bool = true;
 
-/// Whether the matrix kernels' f32 score tiles have 32-byte row padding, the forward's rows
-/// staggered in four groups of four ([`Tuning::matrix_wide_scores`]). Nsight Compute on an H100
-/// (benches/RESULTS.md, 2026-12-06) puts 97 % of the forward's excess shared wavefronts in the
+/// Whether the matrix forward's f32 score tile has 32-byte row padding, its rows staggered in
+/// four groups of four ([`Tuning::matrix_wide_scores`]). Nsight Compute on an H100
+/// (benches/RESULTS.md, 2026-12-06) put 97 % of the forward's excess shared wavefronts in the
 /// stores of S's f32 accumulator fragments: a half-warp stores four rows of eight floats, and
 /// with 16-byte padding row r starts 4r banks on, so neighbouring rows overlap; with 32 bytes
 /// they do not, but rows r and r + 4 then meet in the units' reads of S unless each group of
-/// four rows walks its columns one step later than the one before. The gradient kernels' S and
-/// dP stores conflict the same way (43 % of the dK/dV kernel's excess); there the units read a
-/// 16-column strip two rows at a time, which the wide rows put 8 banks apart, so rows are taken
-/// in pairs two apart (16 banks), which also clears their 2-byte P / dS stores (28 %); the 32
-/// bytes count in every matrix kernel's shared memory. Off until measured.
-pub const MATRIX_WIDE_SCORES: bool = false;
+/// four rows walks its columns one step later than the one before. On the H200 (2026-12-07,
+/// two runs at the six shapes of issue 15's bar) the forward ran 1.01-1.09x as fast with it,
+/// its excess shared wavefronts 10 % -> 1 % of all. The 32 bytes count in the fit, and never
+/// at the price of a block (the narrow padding is tried before a smaller block).
+pub const MATRIX_WIDE_SCORES: bool = true;
+
+/// The same for the gradient kernels' S and dP ([`Tuning::matrix_wide_scores`]): their stores
+/// conflicted as the forward's (43 % of the dK/dV kernel's excess on the H100); the units read
+/// a 16-column strip two rows at a time, which the wide rows put 8 banks apart, so rows are
+/// taken in pairs two apart (16 banks), which also clears their 2-byte P / dS stores (28 %).
+/// On the H200 (2026-12-07) that cut the dK/dV kernel's excess shared wavefronts from 20 % to
+/// 4 % of all but not its time (10.43 -> 10.52 ms at (16,16,2048,64), 4 % more instructions,
+/// issue-bound at 12 % occupancy): the backward alone ran 0.99-1.02x as fast. Off.
+pub const MATRIX_GRADIENT_WIDE_SCORES: bool = false;
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),

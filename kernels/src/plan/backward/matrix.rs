@@ -11,7 +11,9 @@ use super::fits;
 const MATRIX_INNER: [u32; 3] = [64, 32, 16];
 
 /// The matrix path's config: the most planes (16 outer rows each) and then the largest inner
-/// block whose tiles fit the device; `None` where none does (e.g. head dim 256 in 64 KiB).
+/// block whose tiles fit the device, with S's and dP's rows padded wide where asked
+/// (`wide_scores`) and they fit, else narrow; `None` where none fits (e.g. head dim 256 in
+/// 64 KiB).
 pub(super) fn matrix_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
@@ -20,11 +22,15 @@ pub(super) fn matrix_config(
     f32_tiles: bool,
     wide_scores: bool,
 ) -> Option<MatrixGradientConfig> {
+    // The wider rows cost shared memory, so they count in the fit, and never at the price of a
+    // block: where they do not fit, the narrow padding at the same blocks is next.
+    let widths: &[bool] = if wide_scores { &[true, false] } else { &[false] };
     let candidates = MATRIX_PLANES
         .into_iter()
-        .flat_map(|planes| MATRIX_INNER.into_iter().map(move |inner| (planes * MATRIX_TILE, inner)));
+        .flat_map(|planes| MATRIX_INNER.into_iter().map(move |inner| (planes * MATRIX_TILE, inner)))
+        .flat_map(|(outer, inner)| widths.iter().map(move |&wide| (outer, inner, wide)));
     candidates
-        .map(|(outer, inner)| {
+        .map(|(outer, inner, wide_scores)| {
             let (block_q, block_kv) = match kernel {
                 BackwardKernel::KeyValue => (inner, outer),
                 BackwardKernel::Query => (outer, inner),
@@ -49,7 +55,6 @@ pub(super) fn matrix_config(
                 vector_loads: false,
                 prefetch: false,
                 plane_sync: false,
-                // Wider S and dP rows cost shared memory: they count in the fit below.
                 wide_scores,
             }
         })

@@ -22,7 +22,6 @@ pub(super) fn matrix_config(
     tuning: &Tuning,
 ) -> Result<MatrixConfig, FlashError> {
     let plane_size = if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() };
-    // Wider S rows cost shared memory: asked for, they count in the fit below.
     let wide_scores = tuning.matrix_wide_scores.unwrap_or(MATRIX_WIDE_SCORES);
     if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
         return Err(FlashError::Device(format!(
@@ -30,12 +29,16 @@ pub(super) fn matrix_config(
         )));
     }
     let tiles = if f32_tiles { FloatKind::F32 } else { problem.dtype };
-    // Padded rows first at each block size (fewer bank conflicts in the fragment loads).
+    // At each block size: S's rows padded wide (where asked), padded, then unpadded (fewer
+    // bank conflicts first). The wider rows cost shared memory, so they count in the fit, and
+    // never at the price of a block: where they do not fit, the narrow padding is next.
+    let paddings = [(true, true), (true, false), (false, false)];
     MATRIX_PLANES
         .into_iter()
         .flat_map(|planes| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (planes, block_kv)))
-        .flat_map(|(planes, block_kv)| [(planes, block_kv, true), (planes, block_kv, false)])
-        .map(|(planes, block_kv, padded)| MatrixConfig {
+        .flat_map(|(planes, block_kv)| paddings.map(|(pad, wide)| (planes, block_kv, pad, wide)))
+        .filter(|&(_, _, _, wide)| wide_scores || !wide)
+        .map(|(planes, block_kv, padded, wide)| MatrixConfig {
             block_q: planes * MATRIX_ROWS_PER_PLANE,
             block_kv,
             head_dim: problem.head_dim as u32,
@@ -53,7 +56,7 @@ pub(super) fn matrix_config(
             staggered: false,
             plane_shuffles: false,
             plane_sync: false,
-            wide_scores: wide_scores && padded,
+            wide_scores: wide,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))
