@@ -164,7 +164,7 @@ fn matrix_plane_softmax_takes_what_the_device_has() {
 /// planner counts them, and takes the narrow padding before a smaller block. The gradient
 /// kernels' S and dP rows too, at head dims 64 and 128.
 #[test]
-fn matrix_kernels_widen_their_score_rows_only_when_asked() {
+fn matrix_score_rows_widen_by_default_in_the_forward_and_where_asked() {
     use burn_flash_attn_kernels::backward::BackwardPath;
     use burn_flash_attn_kernels::backward::config::GradientConfig;
     use burn_flash_attn_kernels::plan;
