@@ -4,7 +4,7 @@
 mod support;
 
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Tuning};
-use burn_flash_attn_kernels::{FloatKind, ForwardConfig, ForwardPath};
+use burn_flash_attn_kernels::{FloatKind, ForwardConfig, ForwardPath, MatrixConfig};
 use cubecl::ir::DeviceProperties;
 
 use support::planning::planner_problem as problem;
@@ -183,12 +183,12 @@ fn matrix_score_rows_widen_by_default_in_the_forward_and_where_asked() {
         };
         for head_dim in [128, 256] {
             let (narrow, wide) = (planned(Some(false), head_dim), planned(Some(true), head_dim));
-            let blocks = |c: &burn_flash_attn_kernels::MatrixConfig| (c.block_q, c.block_kv);
+            let blocks = |c: &MatrixConfig| (c.block_q, c.block_kv);
             assert_eq!(blocks(&wide), blocks(&narrow), "{runtime}, head dim {head_dim}");
         }
         let head_dim = 64;
-        let (default, narrow, wide) =
-            (planned(None, head_dim), planned(Some(false), head_dim), planned(Some(true), head_dim));
+        let (default, narrow) = (planned(None, head_dim), planned(Some(false), head_dim));
+        let wide = planned(Some(true), head_dim);
         assert_eq!(default.wide_scores, plan::MATRIX_WIDE_SCORES, "{runtime}");
         assert!(!narrow.wide_scores && wide.wide_scores, "{runtime}");
         assert_eq!(wide.score_stride(), narrow.score_stride() + 4, "{runtime}: 16 more bytes");

@@ -9,8 +9,9 @@
 #
 # PCH_DIR=DIR: the file's `#include` lines are compiled once, with the same flags, into
 # DIR/<hash of those lines and the flags>.pch (a lock keeps parallel runs from building one
-# header twice) and included precompiled. Parsing the HIP (and rocWMMA) headers is about half of a variant's compile; the
-# code compiled is the same, and so is every field printed (checked on all 658 variants).
+# header twice) and included precompiled. Parsing the HIP (and rocWMMA) headers is about half
+# of a variant's compile; the code compiled is the same, and so is every field printed (checked
+# on all 658 variants).
 # Origin: shared/hip/hipcheck.sh (the ladder in docs/HIP.md).
 set -euo pipefail
 SRC=$1

@@ -138,7 +138,12 @@ impl<F: Float, M: Int, S: PairStream, N: Size> BlockBody for KvBlocks<F, M, S, N
                 // Q re-read from its tile: nothing in registers is indexed by the k step, so
                 // the steps may stay a loop in the source (`MmaConfig::rolled_steps`).
                 for kk in 0..head_steps {
-                    let a_step = query_tile_step::<F, N>(&state.tiles.q, inputs.plane_row, kk, config);
+                    let a_step = query_tile_step::<F, N>(
+                        &state.tiles.q,
+                        inputs.plane_row,
+                        kk,
+                        config,
+                    );
                     score_step::<F, N>(&a_step, &state.tiles.k, kv_row, kk, &mut s, config);
                 }
             }
