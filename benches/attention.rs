@@ -7,7 +7,8 @@
 //!     [--quick] [--bar] [--flash-only] [--fwd-only]
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
-//! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs);
+//! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs), `--causal=true`
+//! (or `false`) the other variant (for profiles of one launch);
 //! `--shape=B,H,N,D` (repeatable): these shapes instead; `--head-dim=D`: only that head_dim.
 //! Tuning (the planner's explicit overrides, `burn_flash_attn::set_tuning`):
 //! `--mma=planes,rows[,plane_rows[,buffers[,async]]]` for the mma forward's blocks and
@@ -17,7 +18,9 @@
 //! for the kernels' paths (the matrix paths on cmma where the device has it), `--rolled=true|false`
 //! for the mma kernels' head-dim products as loops or unrolled in the source
 //! (`Tuning::rolled_steps`), `--async=true|false` for the mma kernels' streams by `cp.async` or
-//! through registers (`Tuning::async_copy`), `--matrix-vectors=true|false` for the matrix
+//! through registers (`Tuning::async_copy`), `--q-registers=true|false` for the mma forward's
+//! Q fragments in registers or re-read from shared memory (`Tuning::forward_q_registers`),
+//! `--matrix-vectors=true|false` for the matrix
 //! kernels' inputs read in 16-byte vectors (`Tuning::matrix_vector_loads`),
 //! `--matrix-prefetch=true|false` for their streamed blocks fetched one block ahead
 //! (`Tuning::matrix_prefetch`), `--matrix-staggered=true|false` for the matrix forward's rows
@@ -26,7 +29,8 @@
 //! (`Tuning::matrix_plane_softmax`), `--matrix-wide-scores=true|false` for S's rows padded by
 //! 32 bytes (`Tuning::matrix_wide_scores`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
-//! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` / `BURN_FLASH_MATRIX_VECTORS`
+//! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` /
+//! `BURN_FLASH_MMA_Q_REGISTERS` / `BURN_FLASH_MATRIX_VECTORS`
 //! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
 //! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` / `BURN_FLASH_MATRIX_WIDE_SCORES` in the environment are
 //! read as
@@ -187,12 +191,14 @@ fn check_route(name: &str, shape: [usize; 4]) {
 struct Only {
     flash: bool,
     forward: bool,
+    /// `--causal=true|false`: only that variant (both when `None`).
+    causal: Option<bool>,
 }
 
 fn speed(shapes: &[[usize; 4]], only: Only) {
     println!("{SPEED_CSV_HEADER}");
     for &shape in shapes {
-        for causal in [false, true] {
+        for causal in [false, true].into_iter().filter(|c| only.causal.is_none_or(|o| o == *c)) {
             for (name, pass, factor, bench) in rows() {
                 if (only.flash && name != "flash") || (only.forward && pass != "fwd") {
                     continue;
@@ -309,6 +315,7 @@ fn main() {
         .with_backward_path(parsed_arg(&args, "bwd-path", "BURN_FLASH_BWD_PATH"))
         .with_rolled_steps(parsed_arg(&args, "rolled", "BURN_FLASH_ROLLED"))
         .with_async_copy(parsed_arg(&args, "async", "BURN_FLASH_ASYNC"))
+        .with_forward_q_registers(parsed_arg(&args, "q-registers", "BURN_FLASH_MMA_Q_REGISTERS"))
         .with_matrix_vector_loads(parsed_arg(&args, "matrix-vectors", "BURN_FLASH_MATRIX_VECTORS"))
         .with_matrix_prefetch(parsed_arg(&args, "matrix-prefetch", "BURN_FLASH_MATRIX_PREFETCH"))
         .with_matrix_staggered(parsed_arg(
@@ -351,7 +358,11 @@ fn main() {
     let shapes: Vec<[usize; 4]> =
         shapes.iter().copied().filter(|s| head_dim.is_none_or(|d| s[3] == d)).collect();
     let shapes = &shapes[..];
-    let only = Only { flash: flag("--flash-only"), forward: flag("--fwd-only") };
+    let only = Only {
+        flash: flag("--flash-only"),
+        forward: flag("--fwd-only"),
+        causal: parsed_arg(&args, "causal", "BENCH_CAUSAL"),
+    };
     match mode {
         Some("memory") => memory(),
         Some("profile") => profile::profile(if given.is_empty() { &SHAPES[..1] } else { &given }, &profile_log),

@@ -31,6 +31,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_wide_scores: None,
     rolled_steps: None,
     async_copy: None,
+    forward_q_registers: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

@@ -329,6 +329,10 @@ pub struct MmaConfig {
     /// nothing in registers is indexed by the step. The compiler may still unroll it; the
     /// source, and the first call's compilation, shrink (`scripts/cuda_offline_sass.sh`).
     pub rolled_steps: bool,
+    /// The plane's Q fragments may stay in registers for the whole kernel, where they fit
+    /// ([`Self::mma_q_in_registers`]); false re-reads them from the shared Q tile every key
+    /// block, leaving those registers to larger key blocks ([`crate::plan::Tuning::forward_q_registers`]).
+    pub q_registers: bool,
 }
 
 impl MmaConfig {
@@ -386,9 +390,10 @@ impl MmaConfig {
     }
 
     /// Whether the plane's Q fragments stay in registers for the whole kernel (otherwise they
-    /// are read from the shared Q tile for every key block).
+    /// are read from the shared Q tile for every key block): where `q_registers` allows and
+    /// they fit.
     pub fn mma_q_in_registers(&self) -> bool {
-        self.mma_row_tiles() * self.head_dim_tile() <= MMA_Q_REGISTER_COLS
+        self.q_registers && self.mma_row_tiles() * self.head_dim_tile() <= MMA_Q_REGISTER_COLS
     }
 
     /// Shared memory the kernel declares, in bytes.

@@ -409,3 +409,23 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
         }
     }
 }
+
+#[test]
+fn h200_keeps_q_in_registers_where_it_fits_unless_the_tuning_says_otherwise() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    // 32-row planes: two row tiles, Q's fragments fit up to head dim 64.
+    for (head_dim, fits) in [(32, true), (64, true), (128, false)] {
+        let case = problem(FloatKind::BF16, head_dim);
+        for (q_registers, expected) in [(None, fits), (Some(true), fits), (Some(false), false)] {
+            let tuning = Tuning::default().with_forward_q_registers(q_registers);
+            let what = format!("hd{head_dim} q_registers {q_registers:?}");
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+            let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
+            assert_eq!(config.plane_rows, 32, "{what}: {forward}");
+            assert_eq!(config.mma_q_in_registers(), expected, "{what}: {forward}");
+        }
+    }
+}

@@ -6,7 +6,8 @@
 #   scripts/device/run.sh STEP...
 #   STEP: ptests | vtests | ktests | conformance | h200 | speed | bar | quick | memory | anchors
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
-#         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix | prefetch
+#         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
+#         | ncu-forward | prefetch
 #         | staggered | plane_softmax | wide_scores
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
@@ -309,6 +310,45 @@ for s in "$@"; do
           rm -f "$OUT/ncu-$run.ncu-rep"
         done
       fi ;;
+    ncu-forward)
+      # Nsight Compute on one launch of our mma forward and one of PyTorch's SDPA-flash forward
+      # (FlashAttention-2's kernel) at NCU_SHAPE (default 64,12,1024,64), not causal and
+      # causal: $OUT/ncu-forward-{ours,sdpa}-{false,true}.csv (side by side:
+      # scripts/device/ncu_compare.py) and -raw.csv (every metric, the stall reasons among
+      # them), per-SASS-instruction samples of ours in $OUT/ncu-forward-ours-*-sass.csv.
+      ncu=$(find_ncu)
+      if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
+        shape=${NCU_SHAPE:-64,12,1024,64}
+        for causal in false true; do
+          for who in ours sdpa; do
+            run=$who-$causal
+            start=$SECONDS
+            if [ $who = ours ]; then
+              cmd=("$BIN/attention" speed --flash-only --fwd-only "--shape=$shape" "--causal=$causal")
+              kernel=forward_mma
+            else
+              cmd=(python3 .carry/anchors/sdpa_forward_once.py "$shape" "$causal")
+              kernel=flash_fwd
+            fi
+            timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name regex:$kernel \
+              --launch-skip 2 --launch-count 1 --set full --import-source no \
+              -f -o "$OUT/ncu-forward-$run" "${cmd[@]}" > "$OUT/ncu-forward-$run.log" 2>&1
+            echo "== ncu forward $run: exit $?, $((SECONDS - start)) s"
+            "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page details --csv \
+              > "$OUT/ncu-forward-$run.csv" 2>&1
+            # Every raw metric (the warp stall reasons per issued instruction among them).
+            "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page raw --csv \
+              > "$OUT/ncu-forward-$run-raw.csv" 2>&1
+            if [ $who = ours ]; then
+              "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page source --print-source sass \
+                --csv > "$OUT/ncu-forward-$run-sass.csv" 2>&1
+            fi
+            grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Instructions|Dynamic Shared Memory Per Block|Block Size|Grid Size)"' \
+              "$OUT/ncu-forward-$run.csv" | cut -d, -f5,12- | head -12
+            rm -f "$OUT/ncu-forward-$run.ncu-rep"
+          done
+        done
+      fi ;;
     ncu-matrix)
       # Nsight Compute on one launch of the matrix forward and one of the matrix dK/dV kernel
       # (the one pass: dQ by atomic adds), both paths forced, at NCU_SHAPE: sections as CSV in
@@ -345,9 +385,14 @@ for s in "$@"; do
       step features-memory "$BIN/attention" features-memory ;;
     features-burn) STEP_TIMEOUT=${BURN_TIMEOUT:-300} step features-burn "$BIN/attention" features ;;
     tune)
+      # TUNE_FWD: mma forward blocks (BURN_FLASH_MMA), each with "/shared" to re-read Q from
+      # its shared tile (BURN_FLASH_MMA_Q_REGISTERS=false); TUNE_ARGS: the shapes (the bar's).
       for cfg in ${TUNE_FWD:-8,64,16,1 8,32,16,1 8,64,16,2 8,32,16,2 4,64,32,1 4,64,32,2 4,32,32,2 16,64,16,2}; do
-        BURN_FLASH_MMA=$cfg step "tune-fwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only --fwd-only
-        sed "s/^/$cfg;/" "$OUT/tune-fwd-${cfg//,/x}.log" | grep -v impl
+        q=true; [[ $cfg == */shared ]] && q=false
+        name=${cfg//,/x}; name=${name//\//-}
+        BURN_FLASH_MMA=${cfg%/shared} BURN_FLASH_MMA_Q_REGISTERS=$q step "tune-fwd-$name" \
+          "$BIN/attention" speed ${TUNE_ARGS:---bar} --flash-only --fwd-only
+        sed "s|^|$cfg;|" "$OUT/tune-fwd-$name.log" | grep -v impl
       done
       for cfg in ${TUNE_BWD:-4,32,16,1 4,32,16,2 4,64,16,2 8,64,16,2 8,32,16,2}; do
         BURN_FLASH_MMA_BWD=$cfg step "tune-bwd-${cfg//,/x}" "$BIN/attention" speed --bar --flash-only

@@ -363,7 +363,7 @@ fn mma_config(
     let first = tuned.unwrap_or_else(|| mma_blocks::forward_default(problem.causal, problem.widest_dim()));
     let mut blocks = Some(first);
     while let Some(candidate) = blocks {
-        let config = tuning.streamed(candidate).forward_config(caps, problem, tuning.rolled_steps());
+        let config = tuning.streamed(candidate).forward_config(caps, problem, tuning);
         if caps.fits(config.shared_memory_bytes(), config.units()) {
             let choice = match (candidate == first, tuned.is_some()) {
                 (false, _) => BlockChoice::Shrunk,

@@ -4,6 +4,7 @@
 use core::fmt;
 use core::str::FromStr;
 
+use super::Tuning;
 use super::device::DeviceCaps;
 use crate::config::MmaConfig;
 use crate::error::FlashError;
@@ -44,12 +45,12 @@ impl MmaBlocks {
     }
 
     /// The mma forward's config for these blocks (`async_copy` only with two buffers on a
-    /// device with `copy_async`).
+    /// device with `copy_async`), with [`Tuning`]'s settings of the kernel's code.
     pub(crate) fn forward_config(
         self,
         caps: &DeviceCaps,
         problem: &AttentionProblem,
-        rolled_steps: bool,
+        tuning: &Tuning,
     ) -> MmaConfig {
         MmaConfig {
             planes: self.planes,
@@ -66,7 +67,8 @@ impl MmaBlocks {
             // and 32 (0.99-1.06x at 64; bf16, not causal, commits 8de37d7 / d344576,
             // benches/RESULTS.md), while the gradient kernels gained 3-4 % from it.
             never_masked: false,
-            rolled_steps,
+            rolled_steps: tuning.rolled_steps(),
+            q_registers: tuning.forward_q_registers(),
         }
     }
 

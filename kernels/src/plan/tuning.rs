@@ -78,6 +78,11 @@ pub struct Tuning {
     /// benches/RESULTS.md, 2026-12-05); the speed of the kernels streamed through registers at
     /// the default blocks is not measured yet.
     pub async_copy: Option<bool>,
+    /// Whether the mma forward keeps each plane's Q fragments in registers where they fit
+    /// ([`crate::config::MmaConfig::q_registers`]); `None`: [`FORWARD_Q_REGISTERS`]. Off,
+    /// they are re-read from the shared Q tile every key block, which leaves their registers
+    /// (32 per lane at 32 rows and head dim 64) to larger key blocks.
+    pub forward_q_registers: Option<bool>,
 }
 
 impl Tuning {
@@ -164,6 +169,16 @@ impl Tuning {
         self
     }
 
+    pub fn with_forward_q_registers(mut self, q_registers: Option<bool>) -> Self {
+        self.forward_q_registers = q_registers;
+        self
+    }
+
+    /// [`Tuning::forward_q_registers`], or the default.
+    pub fn forward_q_registers(&self) -> bool {
+        self.forward_q_registers.unwrap_or(FORWARD_Q_REGISTERS)
+    }
+
     /// `blocks` with [`Tuning::async_copy`] applied.
     pub(crate) fn streamed(&self, blocks: MmaBlocks) -> MmaBlocks {
         MmaBlocks { async_copy: self.async_copy.unwrap_or(blocks.async_copy), ..blocks }
@@ -208,6 +223,11 @@ impl Tuning {
 /// 5.4 + 9.0 against 5.7 + 10.3; no gain at 64). A training run compiles once and runs for
 /// hours: the speed wins; `rolled_steps = Some(true)` is there for short runs and tests.
 pub const ROLLED_STEPS: bool = false;
+
+/// The mma forward's default for [`Tuning::forward_q_registers`]: Q's fragments stay in
+/// registers where they fit (at most [`crate::config::MmaConfig::mma_q_in_registers`]'s 64
+/// registers per lane), the form every measured default block was measured with.
+pub const FORWARD_Q_REGISTERS: bool = true;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,

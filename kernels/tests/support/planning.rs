@@ -41,7 +41,9 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
-/// or through registers with `BURN_FLASH_ASYNC` (`true` / `false`, `Tuning::async_copy`).
+/// or through registers with `BURN_FLASH_ASYNC` (`true` / `false`, `Tuning::async_copy`); the
+/// mma forward's Q fragments in registers or re-read from shared memory with
+/// `BURN_FLASH_MMA_Q_REGISTERS` (`true` / `false`, `Tuning::forward_q_registers`).
 pub fn tuning() -> Tuning {
     let path = parsed_env("BURN_FLASH_BWD_PATH");
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
@@ -56,7 +58,9 @@ pub fn tuning() -> Tuning {
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
     let rolled = parsed_env("BURN_FLASH_ROLLED");
     let async_copy = parsed_env("BURN_FLASH_ASYNC");
+    let q_registers = parsed_env("BURN_FLASH_MMA_Q_REGISTERS");
     Tuning::default()
+        .with_forward_q_registers(q_registers)
         .with_rolled_steps(rolled)
         .with_async_copy(async_copy)
         .with_forward_mma(blocks_flag("BURN_FLASH_MMA"))
