@@ -17,6 +17,12 @@ kernel under the same includes, the fastest of two compiles): cubecl-cuda includ
 `cuda/barrier` and cooperative groups in every kernel that waits on an mbarrier (the `cp.async`
 streams), a fixed cost no change to the kernel's body removes.
 
+With SASS_OPCODES=PATH it also writes each streaming loop's opcode histogram (kernel, loop,
+opcode without modifiers, count) to PATH: where a loop's instructions go, e.g. the three extra
+instructions (FSETP and two predicated FMUL) that ptxas wraps around every MUFU.EX2 of a
+non-flush-to-zero `ex2.approx.f32`, which is what nvrtc emits for CubeCL's `__powf(2, x)`
+without `-ftz=true`.
+
 usage: sass_report.py TOOLS_DIR OUT_CSV FILE.cu...
 """
 import collections
@@ -88,12 +94,17 @@ def opcode(text):
     return PREDICATE.sub("", text).split()[0]
 
 
+def opcode_list(body):
+    return [opcode(t) for t in body]
+
+
 def main():
     tools, out_csv, sources = sys.argv[1], sys.argv[2], sys.argv[3:]
     lib = ctypes.CDLL(f"{tools}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
     env = dict(os.environ, PATH=f"{tools}/nvidia/cu13/bin:" + os.environ.get("PATH", ""))
     ptxas = f"{tools}/nvidia/cuda_nvcc/bin/ptxas"
     rows = []
+    histogram = []
     for source in sorted(sources):
         name = os.path.basename(source)[: -len(".cu")]
         base = os.path.join(os.path.dirname(out_csv), name)
@@ -116,6 +127,8 @@ def main():
         streaming = [(f, l, body) for f, l, body in loops(sass) if any(opcode(t).startswith("HMMA") for t in body)]
         for index, (_, _, body) in enumerate(streaming):
             ops = collections.Counter(opcode(t) for t in body)
+            bases = collections.Counter(op.split(".")[0] for op in opcode_list(body))
+            histogram += [(name, index, op, n) for op, n in bases.most_common()]
             hmma = sum(n for op, n in ops.items() if op.startswith("HMMA"))
             local = sum(n for op, n in ops.items() if op.startswith(("LDL", "STL")))
             rows.append({
@@ -139,6 +152,11 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         writer.writeheader()
         writer.writerows(rows)
+    if os.environ.get("SASS_OPCODES"):
+        with open(os.environ["SASS_OPCODES"], "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["kernel", "loop", "opcode", "count"])
+            writer.writerows(histogram)
 
 
 if __name__ == "__main__":
