@@ -401,3 +401,8 @@ for s in "$@"; do
     *) echo "unknown step $s" ;;
   esac
 done
+# PACK_OUT=1: everything under $OUT in one $OUT/all.tgz (a device call brings back at most 8
+# files; a run of several steps writes more).
+if [ "${PACK_OUT:-0}" = 1 ]; then
+  tar czf /tmp/run-out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/run-out.tgz "$OUT/all.tgz"
+fi
