@@ -226,10 +226,10 @@ pub const ROLLED_STEPS: bool = false;
 
 /// The mma forward's default for [`Tuning::forward_q_registers`]: Q's fragments stay in
 /// registers where they fit (at most [`crate::config::MmaConfig::mma_q_in_registers`]'s 64
-/// registers per lane). Re-read from shared memory (H100, bf16, benches/RESULTS.md,
-/// 2026-12-07), the default blocks at head dim 64 ran 217-252 TFLOP/s not causal and 171-251
-/// causal, and 128-key blocks (which spill 244 bytes) 237-276 and 144-234, against the default
-/// form's 245-291 and 174-257 in the same kernels' call of 2026-12-05.
+/// registers per lane). Re-read from shared memory, 128-key blocks (which spill 244 bytes) ran
+/// the forward at 238-276 TFLOP/s not causal and 146-238 causal at head dim 64, against the
+/// default's 243-280 and 169-255 in the same call (H100, bf16, benches/RESULTS.md, 2026-12-07;
+/// the default blocks with Q re-read, in another call: 217-252 and 171-251).
 pub const FORWARD_Q_REGISTERS: bool = true;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
