@@ -15,30 +15,15 @@ import collections
 import csv
 import sys
 
+from ncu_sass import number, opcode, read_export
+
 SAMPLES = "Warp Stall Sampling (All Samples)"
 REGIONS = ("once, before", "loops", "once, after", "rarely")
 
 
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
-
-
-def opcode(source):
-    words = source.split()
-    if words and words[0].startswith("@"):  # predicate guard
-        words = words[1:]
-    return words[0].split(".")[0] if words else ""
-
-
 def main(path, out):
-    rows = list(csv.reader(open(path, newline="")))
-    # The export's first row names the kernel, the second the columns.
-    header = rows[1]
+    header, data = read_export(path)
     index = {name: i for i, name in enumerate(header)}
-    data = [row for row in rows[2:] if len(row) == len(header)]
     stalls = [name for name in header if name.startswith("stall_") and "Not Issued" not in name]
     executed = [number(row[index["Instructions Executed"]]) for row in data]
     addresses = [int(row[index["Address"]], 16) for row in data]
@@ -56,7 +41,7 @@ def main(path, out):
             region = "once, before" if address < first else "once, after"
         samples = number(row[index[SAMPLES]])
         regions[region] += samples
-        entry = by_opcode[(region, opcode(row[index["Source"]]))]
+        entry = by_opcode[(region, opcode(row[index["Source"]], 1))]
         entry[0] += samples
         for name in stalls:
             entry[1][name] += number(row[index[name]])

@@ -12,33 +12,17 @@ import collections
 import csv
 import sys
 
+from ncu_sass import number, opcode, read_export
+
 COLUMNS = ("Instructions Executed", "L1 Wavefronts Shared", "L1 Wavefronts Shared Excessive")
 
 
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
-
-
-def opcode(source):
-    words = source.split()
-    if words and words[0].startswith("@"):  # predicate guard
-        words = words[1:]
-    return ".".join(words[0].split(".")[:3]) if words else ""
-
-
 def main(path, out):
-    rows = list(csv.reader(open(path, newline="")))
-    # The export's first row names the kernel, the second the columns.
-    header = rows[1]
+    header, rows = read_export(path)
     index = {name: header.index(name) for name in ("Source",) + COLUMNS}
     totals = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
-    for row in rows[2:]:
-        if len(row) < len(header):
-            continue
-        entry = totals[opcode(row[index["Source"]])]
+    for row in rows:
+        entry = totals[opcode(row[index["Source"]], 3)]
         for i, name in enumerate(COLUMNS):
             entry[i] += number(row[index[name]])
     excess = sum(values[2] for values in totals.values()) or 1.0
