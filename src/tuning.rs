@@ -32,6 +32,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     rolled_steps: None,
     async_copy: None,
     forward_q_registers: None,
+    forward_early_kv: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

@@ -331,8 +331,13 @@ pub struct MmaConfig {
     pub rolled_steps: bool,
     /// The plane's Q fragments may stay in registers for the whole kernel, where they fit
     /// ([`Self::mma_q_in_registers`]); false re-reads them from the shared Q tile every key
-    /// block, leaving those registers to larger key blocks ([`crate::plan::Tuning::forward_q_registers`]).
+    /// block, leaving those registers to larger key blocks
+    /// ([`crate::plan::Tuning::forward_q_registers`]).
     pub q_registers: bool,
+    /// The first key/value block's copy is started before the query block is loaded, so that
+    /// the two loads' latencies overlap instead of following one another
+    /// ([`crate::plan::Tuning::forward_early_kv`]).
+    pub early_kv: bool,
 }
 
 impl MmaConfig {

@@ -396,7 +396,8 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
                 for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
                     let tuning = Tuning::default().with_async_copy(async_copy).with_backward_dq(Some(dq));
                     let what = format!("hd{head_dim} seq {seq} async {async_copy:?} {dq:?}");
-                    let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+                    let forward =
+                plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
                     let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
                     assert_eq!(config.async_kv, expected, "{what}: forward");
                     let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
@@ -422,10 +423,28 @@ fn h200_keeps_q_in_registers_where_it_fits_unless_the_tuning_says_otherwise() {
         for (q_registers, expected) in [(None, fits), (Some(true), fits), (Some(false), false)] {
             let tuning = Tuning::default().with_forward_q_registers(q_registers);
             let what = format!("hd{head_dim} q_registers {q_registers:?}");
-            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+            let forward =
+                plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
             let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
             assert_eq!(config.plane_rows, 32, "{what}: {forward}");
             assert_eq!(config.mma_q_in_registers(), expected, "{what}: {forward}");
         }
+    }
+}
+
+#[test]
+fn h200_starts_the_first_key_value_block_early_only_when_asked() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let case = problem(FloatKind::BF16, 64);
+    let cases = [(None, plan::FORWARD_EARLY_KV), (Some(true), true), (Some(false), false)];
+    for (early, expected) in cases {
+        let tuning = Tuning::default().with_forward_early_kv(early);
+        let forward =
+            plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+        let ForwardConfig::Mma(config) = forward.config else { panic!("{early:?}: {forward}") };
+        assert_eq!(config.early_kv, expected, "{early:?}: {forward}");
     }
 }

@@ -324,7 +324,8 @@ for s in "$@"; do
             run=$who-$causal
             start=$SECONDS
             if [ $who = ours ]; then
-              cmd=("$BIN/attention" speed --flash-only --fwd-only "--shape=$shape" "--causal=$causal")
+              cmd=("$BIN/attention" speed --flash-only --fwd-only "--shape=$shape"
+                "--causal=$causal")
               kernel=forward_mma
             else
               cmd=(python3 .carry/anchors/sdpa_forward_once.py "$shape" "$causal")
@@ -343,8 +344,9 @@ for s in "$@"; do
               "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page source --print-source sass \
                 --csv > "$OUT/ncu-forward-$run-sass.csv" 2>&1
             fi
-            grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Instructions|Dynamic Shared Memory Per Block|Block Size|Grid Size)"' \
-              "$OUT/ncu-forward-$run.csv" | cut -d, -f5,12- | head -12
+            keys='Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy'
+            keys+='|Executed Instructions|Dynamic Shared Memory Per Block|Block Size|Grid Size'
+            grep -E "\"($keys)\"" "$OUT/ncu-forward-$run.csv" | cut -d, -f5,12- | head -12
             rm -f "$OUT/ncu-forward-$run.ncu-rep"
           done
         done

@@ -69,6 +69,7 @@ impl MmaBlocks {
             never_masked: false,
             rolled_steps: tuning.rolled_steps(),
             q_registers: tuning.forward_q_registers(),
+            early_kv: tuning.forward_early_kv(),
         }
     }
 

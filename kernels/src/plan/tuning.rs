@@ -83,6 +83,9 @@ pub struct Tuning {
     /// they are re-read from the shared Q tile every key block, which leaves their registers
     /// (32 per lane at 32 rows and head dim 64) to larger key blocks.
     pub forward_q_registers: Option<bool>,
+    /// Whether the mma forward starts its first key/value block's copy before it loads the
+    /// query block ([`crate::config::MmaConfig::early_kv`]); `None`: [`FORWARD_EARLY_KV`].
+    pub forward_early_kv: Option<bool>,
 }
 
 impl Tuning {
@@ -174,6 +177,16 @@ impl Tuning {
         self
     }
 
+    pub fn with_forward_early_kv(mut self, early: Option<bool>) -> Self {
+        self.forward_early_kv = early;
+        self
+    }
+
+    /// [`Tuning::forward_early_kv`], or the default.
+    pub fn forward_early_kv(&self) -> bool {
+        self.forward_early_kv.unwrap_or(FORWARD_EARLY_KV)
+    }
+
     /// [`Tuning::forward_q_registers`], or the default.
     pub fn forward_q_registers(&self) -> bool {
         self.forward_q_registers.unwrap_or(FORWARD_Q_REGISTERS)
@@ -231,6 +244,13 @@ pub const ROLLED_STEPS: bool = false;
 /// default's 243-280 and 169-255 in the same call (H100, bf16, benches/RESULTS.md, 2026-12-07;
 /// the default blocks with Q re-read, in another call: 217-252 and 171-251).
 pub const FORWARD_Q_REGISTERS: bool = true;
+
+/// The mma forward's default for [`Tuning::forward_early_kv`]: off until a GPU measures it.
+/// Nsight Compute (H100, (64,12,1024,64) bf16, benches/RESULTS.md, 2026-12-07) found the query
+/// block's loads and then the first key/value block's wait, one after the other, among the
+/// long-scoreboard stalls of the code a warp runs once (that wait alone 6.9 % of the causal
+/// forward's samples).
+pub const FORWARD_EARLY_KV: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,

@@ -45,6 +45,9 @@ pub struct StreamSchedule {
     /// waited for before it computes.
     pub prefetch: bool,
     pub masking: Masking,
+    /// With `prefetch`: the caller has already started the span's first block (before work of
+    /// its own, so that the two overlap); [`stream_blocks`] only completes it.
+    pub first_started: bool,
 }
 
 /// A kernel configuration that streams blocks.
@@ -112,6 +115,9 @@ pub trait BlockBody: 'static + Send + Sync {
 }
 
 /// Streams the blocks of `span` through `B` (see the module doc).
+// A comptime condition stays outside the run-time one it guards: collapsed into one `&&`,
+// CubeCL writes the constant into the generated test.
+#[allow(clippy::collapsible_if)]
 #[cube]
 pub fn stream_blocks<B: BlockBody>(
     inputs: &B::Inputs,
@@ -123,8 +129,10 @@ pub fn stream_blocks<B: BlockBody>(
     if comptime!(schedule.prefetch) {
         let started = span.start < span.end;
         let row = buffer_row(span.start, schedule.buffers, schedule.rows);
-        if started {
-            B::start(inputs, state, span.start, row, config);
+        if comptime!(!schedule.first_started) {
+            if started {
+                B::start(inputs, state, span.start, row, config);
+            }
         }
         B::finish(inputs, state, row, started, config);
     }

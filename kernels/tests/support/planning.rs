@@ -43,7 +43,9 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
 /// or through registers with `BURN_FLASH_ASYNC` (`true` / `false`, `Tuning::async_copy`); the
 /// mma forward's Q fragments in registers or re-read from shared memory with
-/// `BURN_FLASH_MMA_Q_REGISTERS` (`true` / `false`, `Tuning::forward_q_registers`).
+/// `BURN_FLASH_MMA_Q_REGISTERS` (`true` / `false`, `Tuning::forward_q_registers`); its first
+/// key/value block started before the query block with `BURN_FLASH_MMA_EARLY_KV` (`true` /
+/// `false`, `Tuning::forward_early_kv`).
 pub fn tuning() -> Tuning {
     let path = parsed_env("BURN_FLASH_BWD_PATH");
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
@@ -59,7 +61,9 @@ pub fn tuning() -> Tuning {
     let rolled = parsed_env("BURN_FLASH_ROLLED");
     let async_copy = parsed_env("BURN_FLASH_ASYNC");
     let q_registers = parsed_env("BURN_FLASH_MMA_Q_REGISTERS");
+    let early_kv = parsed_env("BURN_FLASH_MMA_EARLY_KV");
     Tuning::default()
+        .with_forward_early_kv(early_kv)
         .with_forward_q_registers(q_registers)
         .with_rolled_steps(rolled)
         .with_async_copy(async_copy)

@@ -186,6 +186,7 @@ impl Streams for MmaGradientConfig {
             buffers: self.buffers,
             prefetch: self.buffers > 1,
             masking: if self.never_masked { Masking::Never } else { Masking::PerBlock },
+            first_started: false,
         }
     }
 }

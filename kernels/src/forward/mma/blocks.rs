@@ -213,7 +213,8 @@ fn score_step<F: Float, N: Size>(
 
 /// One stream of key/value blocks, always prefetched: with two buffers into the other one, with
 /// one through registers (stored after the block's last read); the masked pass after the
-/// unmasked one, or not at all where the planner proved no block needs it.
+/// unmasked one, or not at all where the planner proved no block needs it; with `early_kv` the
+/// kernel starts the first block itself, before it loads the query block.
 impl Streams for MmaConfig {
     fn schedule(&self) -> StreamSchedule {
         StreamSchedule {
@@ -221,6 +222,7 @@ impl Streams for MmaConfig {
             buffers: self.kv_buffers,
             prefetch: true,
             masking: if self.never_masked { Masking::Never } else { Masking::Split },
+            first_started: self.early_kv,
         }
     }
 }

@@ -30,7 +30,7 @@ use cubecl::prelude::*;
 use crate::config::MmaConfig;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first, rows_kv_end};
 use crate::primitives::block_stream::stream_blocks;
-use crate::primitives::chunk_io::{chunk_tile, chunk_view, copy_rows};
+use crate::primitives::chunk_io::{buffer_row, chunk_tile, chunk_view, copy_rows};
 use crate::primitives::mma::{BOTTOM_ROW, LANES, TILE_M, TILE_N, lane, quad_sum};
 use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, score_tensors};
@@ -108,7 +108,9 @@ struct Tiles<F: Float, N: Size> {
 }
 
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
+// A comptime condition stays outside the run-time one it guards (`early_kv`): collapsed into one
+// `&&`, CubeCL writes the constant into the generated test.
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
@@ -147,7 +149,37 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         ),
     };
     let kv_pair = comptime!(config.mma_kv_pair());
-    let stream = S::init::<F, N>(kv_pair);
+    let mut stream = S::init::<F, N>(kv_pair);
+    let kv = PairSource::<F, N> {
+        first: *k,
+        first_view: k_view,
+        second: *v,
+        second_view: v_view,
+    };
+    // The visible key/value blocks (causal skipping, unmasked pass first).
+    let range = kv_block_range(
+        q_block,
+        &params,
+        config.block_q(),
+        config.block_kv,
+        config.score,
+    );
+    // With `early_kv` the first of them is started here, its copy in flight while the query
+    // block loads (`stream_blocks` then only completes it: `StreamSchedule::first_started`).
+    if comptime!(config.early_kv) {
+        if range.start < range.end {
+            let row = buffer_row(range.start, config.kv_buffers, config.block_kv);
+            S::start::<F, N>(
+                &mut stream,
+                &kv,
+                &mut tiles.k,
+                &mut tiles.v,
+                range.start * config.block_kv,
+                row,
+                kv_pair,
+            );
+        }
+    }
 
     // Step 1: the query block into shared memory, then (if they fit) this plane's A
     // fragments, once.
@@ -164,14 +196,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     sync_cube();
     let q_frags = query_fragments::<F, N>(&tiles.q, plane_row, config);
 
-    // Step 2: stream the visible key/value blocks (causal skipping, unmasked pass first).
-    let range = kv_block_range(
-        q_block,
-        &params,
-        config.block_q(),
-        config.block_kv,
-        config.score,
-    );
+    // Step 2: stream the visible key/value blocks.
     let plane_kv_end = rows_kv_end(
         q_start + plane_row,
         config.plane_rows,
@@ -180,12 +205,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
     );
     let first_row = q_start + plane_row + lane.group;
     let inputs = KvInputs::<F, M, N> {
-        kv: PairSource::<F, N> {
-            first: *k,
-            first_view: k_view,
-            second: *v,
-            second_view: v_view,
-        },
+        kv,
         mask: *mask,
         bias: *bias,
         params,
