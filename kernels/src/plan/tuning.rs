@@ -245,11 +245,13 @@ pub const ROLLED_STEPS: bool = false;
 /// the default blocks with Q re-read, in another call: 217-252 and 171-251).
 pub const FORWARD_Q_REGISTERS: bool = true;
 
-/// The mma forward's default for [`Tuning::forward_early_kv`]: off until a GPU measures it.
-/// Nsight Compute (H100, (64,12,1024,64) bf16, benches/RESULTS.md, 2026-12-07) found the query
-/// block's loads and then the first key/value block's wait, one after the other, among the
-/// long-scoreboard stalls of the code a warp runs once (that wait alone 6.9 % of the causal
-/// forward's samples).
+/// The mma forward's default for [`Tuning::forward_early_kv`]: off. Nsight Compute (H100,
+/// (64,12,1024,64) bf16, benches/RESULTS.md, 2026-12-07) found the query block's loads and then
+/// the first key/value block's wait, one after the other, among the long-scoreboard stalls of
+/// the code a warp runs once (that wait alone 6.9 % of the causal forward's samples); started
+/// early, the forward ran 0.98-1.01x as fast at four shapes of issue 15 (two process pairs, same
+/// card): the other cube on the SM hides that wait already. Kept as an option for devices with
+/// one cube per SM.
 pub const FORWARD_EARLY_KV: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
