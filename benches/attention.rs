@@ -8,7 +8,7 @@
 //! ```
 //! `--quick`: the first shape only; `--bar`: the two shapes of the issues' bar; `--flash-only`
 //! and `--fwd-only` skip Burn's rows and the training rows (for tuning runs), `--causal=true`
-//! (or `false`) the other variant (for profiles of one launch);
+//! (or `false`; `BENCH_CAUSAL`) only that variant (for profiles of one launch);
 //! `--shape=B,H,N,D` (repeatable): these shapes instead; `--head-dim=D`: only that head_dim.
 //! Tuning (the planner's explicit overrides, `burn_flash_attn::set_tuning`):
 //! `--mma=planes,rows[,plane_rows[,buffers[,async]]]` for the mma forward's blocks and

@@ -396,8 +396,7 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
                 for dq in [DqAccumulation::Kernel, DqAccumulation::Atomic] {
                     let tuning = Tuning::default().with_async_copy(async_copy).with_backward_dq(Some(dq));
                     let what = format!("hd{head_dim} seq {seq} async {async_copy:?} {dq:?}");
-                    let forward =
-                plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+                    let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
                     let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
                     assert_eq!(config.async_kv, expected, "{what}: forward");
                     let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");

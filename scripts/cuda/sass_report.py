@@ -94,10 +94,6 @@ def opcode(text):
     return PREDICATE.sub("", text).split()[0]
 
 
-def opcode_list(body):
-    return [opcode(t) for t in body]
-
-
 def main():
     tools, out_csv, sources = sys.argv[1], sys.argv[2], sys.argv[3:]
     lib = ctypes.CDLL(f"{tools}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
@@ -127,7 +123,9 @@ def main():
         streaming = [(f, l, body) for f, l, body in loops(sass) if any(opcode(t).startswith("HMMA") for t in body)]
         for index, (_, _, body) in enumerate(streaming):
             ops = collections.Counter(opcode(t) for t in body)
-            bases = collections.Counter(op.split(".")[0] for op in opcode_list(body))
+            bases = collections.Counter()
+            for op, n in ops.items():
+                bases[op.split(".")[0]] += n
             histogram += [(name, index, op, n) for op, n in bases.most_common()]
             hmma = sum(n for op, n in ops.items() if op.startswith("HMMA"))
             local = sum(n for op, n in ops.items() if op.startswith(("LDL", "STL")))
