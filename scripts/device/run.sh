@@ -64,6 +64,27 @@ find_ncu() {
     | head -n 1
 }
 
+# ncu_profile NAME KERNEL_REGEX KEYS CMD...: Nsight Compute (`$ncu`, full set, clocks as the
+# bench sees them) on LAUNCHES (default 1) launches of KERNEL_REGEX after the first two in CMD:
+# $OUT/NAME.csv (sections), NAME-sass.csv (per-SASS-instruction counters), with RAW=1 also
+# NAME-raw.csv (every raw metric); prints the metrics KEYS (a regex of metric names) names.
+ncu_profile() {
+  local name=$1 kernel=$2 keys=$3 start=$SECONDS
+  shift 3
+  timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name "regex:$kernel" \
+    --launch-skip 2 --launch-count "${LAUNCHES:-1}" --set full --import-source no \
+    -f -o "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name: exit $?, $((SECONDS - start)) s"
+  "$ncu" --import "$OUT/$name.ncu-rep" --page details --csv > "$OUT/$name.csv" 2>&1
+  "$ncu" --import "$OUT/$name.ncu-rep" --page source --print-source sass --csv \
+    > "$OUT/$name-sass.csv" 2>&1
+  if [ "${RAW:-0}" = 1 ]; then
+    "$ncu" --import "$OUT/$name.ncu-rep" --page raw --csv > "$OUT/$name-raw.csv" 2>&1
+  fi
+  grep -E "\"($keys)\"" "$OUT/$name.csv" | cut -d, -f5,12- | head -12
+  rm -f "$OUT/$name.ncu-rep"
+}
+
 # speed_beside NAME VAR=VALUE: ours at the eight shapes of `h200` with VAR=VALUE in the
 # environment (impl flash-NAME), then with the default, one process each: $OUT/NAME.csv.
 speed_beside() {
@@ -290,65 +311,31 @@ for s in "$@"; do
       # Nsight Compute on one launch of each gradient kernel (the default two-kernel backward,
       # then the one pass: BURN_FLASH_DQ=atomic) at NCU_SHAPE: sections as CSV in
       # $OUT/ncu-{two,one}.csv, per-SASS-instruction stall samples in $OUT/ncu-{two,one}-sass.csv.
-      # --clock-control none: the clocks stay as the bench sees them.
       ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
-        for run in two one; do
-          dq=$([ $run = one ] && echo atomic || echo kernel)
-          start=$SECONDS
-          BURN_FLASH_DQ=$dq timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none \
-            --kernel-name regex:"${NCU_KERNELS:-dkdv_mma|dq_mma}" --launch-skip 2 \
-            --launch-count "$([ $run = one ] && echo 1 || echo 2)" --set full --import-source no \
-            -f -o "$OUT/ncu-$run" "$BIN/attention" speed --flash-only \
-            "--shape=${NCU_SHAPE:-16,16,2048,64}" > "$OUT/ncu-$run.log" 2>&1
-          echo "== ncu $run (BURN_FLASH_DQ=$dq): exit $?, $((SECONDS - start)) s"
-          "$ncu" --import "$OUT/ncu-$run.ncu-rep" --page details --csv > "$OUT/ncu-$run.csv" 2>&1
-          "$ncu" --import "$OUT/ncu-$run.ncu-rep" --page source --print-source sass --csv \
-            > "$OUT/ncu-$run-sass.csv" 2>&1
-          grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy)"' \
-            "$OUT/ncu-$run.csv" | cut -d, -f5,12- | head -12
-          rm -f "$OUT/ncu-$run.ncu-rep"
-        done
+        keys='Duration|Registers Per Thread|Achieved Occupancy|Compute \(SM\) Throughput'
+        keys+='|Memory Throughput|Issue Slots Busy'
+        BURN_FLASH_DQ=kernel LAUNCHES=2 ncu_profile ncu-two "${NCU_KERNELS:-dkdv_mma|dq_mma}" \
+          "$keys" "$BIN/attention" speed --flash-only "--shape=${NCU_SHAPE:-16,16,2048,64}"
+        BURN_FLASH_DQ=atomic ncu_profile ncu-one "${NCU_KERNELS:-dkdv_mma|dq_mma}" "$keys" \
+          "$BIN/attention" speed --flash-only "--shape=${NCU_SHAPE:-16,16,2048,64}"
       fi ;;
     ncu-forward)
       # Nsight Compute on one launch of our mma forward and one of PyTorch's SDPA-flash forward
       # (FlashAttention-2's kernel) at NCU_SHAPE (default 64,12,1024,64), not causal and
       # causal: $OUT/ncu-forward-{ours,sdpa}-{false,true}.csv (side by side:
-      # scripts/device/ncu_compare.py) and -raw.csv (every metric, the stall reasons among
-      # them), per-SASS-instruction samples of ours in $OUT/ncu-forward-ours-*-sass.csv.
+      # scripts/device/ncu_compare.py), -raw.csv (every metric, the stall reasons among them)
+      # and -sass.csv (per-SASS-instruction samples: scripts/device/ncu_sass_regions.py).
       ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
         shape=${NCU_SHAPE:-64,12,1024,64}
+        keys='Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy'
+        keys+='|Executed Instructions|Dynamic Shared Memory Per Block|Block Size|Grid Size'
         for causal in false true; do
-          for who in ours sdpa; do
-            run=$who-$causal
-            start=$SECONDS
-            if [ $who = ours ]; then
-              cmd=("$BIN/attention" speed --flash-only --fwd-only "--shape=$shape"
-                "--causal=$causal")
-              kernel=forward_mma
-            else
-              cmd=(python3 .carry/anchors/sdpa_forward_once.py "$shape" "$causal")
-              kernel=flash_fwd
-            fi
-            timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name regex:$kernel \
-              --launch-skip 2 --launch-count 1 --set full --import-source no \
-              -f -o "$OUT/ncu-forward-$run" "${cmd[@]}" > "$OUT/ncu-forward-$run.log" 2>&1
-            echo "== ncu forward $run: exit $?, $((SECONDS - start)) s"
-            "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page details --csv \
-              > "$OUT/ncu-forward-$run.csv" 2>&1
-            # Every raw metric (the warp stall reasons per issued instruction among them).
-            "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page raw --csv \
-              > "$OUT/ncu-forward-$run-raw.csv" 2>&1
-            if [ $who = ours ]; then
-              "$ncu" --import "$OUT/ncu-forward-$run.ncu-rep" --page source --print-source sass \
-                --csv > "$OUT/ncu-forward-$run-sass.csv" 2>&1
-            fi
-            keys='Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy'
-            keys+='|Executed Instructions|Dynamic Shared Memory Per Block|Block Size|Grid Size'
-            grep -E "\"($keys)\"" "$OUT/ncu-forward-$run.csv" | cut -d, -f5,12- | head -12
-            rm -f "$OUT/ncu-forward-$run.ncu-rep"
-          done
+          RAW=1 ncu_profile "ncu-forward-ours-$causal" forward_mma "$keys" "$BIN/attention" \
+            speed --flash-only --fwd-only "--shape=$shape" "--causal=$causal"
+          RAW=1 ncu_profile "ncu-forward-sdpa-$causal" flash_fwd "$keys" \
+            python3 .carry/anchors/sdpa_forward_once.py "$shape" "$causal"
         done
       fi ;;
     ncu-matrix)
@@ -359,22 +346,13 @@ for s in "$@"; do
       # wavefronts and bank conflicts per instruction) in $OUT/ncu-matrix-{forward,dkdv}-sass.csv.
       ncu=$(find_ncu)
       if [ -z "$ncu" ]; then echo "ncu: no ncu on this machine"; else
+        keys='Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy'
+        keys+='|Executed Instructions'
         for run in forward dkdv; do
           kernel=$([ $run = forward ] && echo forward_matrix || echo matrix_dkdv)
-          start=$SECONDS
-          BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix timeout "${NCU_TIMEOUT:-150}" \
-            "$ncu" --clock-control none --kernel-name regex:$kernel --launch-skip 2 \
-            --launch-count 1 --set full --import-source no -f -o "$OUT/ncu-matrix-$run" \
-            "$BIN/attention" speed --flash-only "--shape=${NCU_SHAPE:-16,16,2048,64}" \
-            > "$OUT/ncu-matrix-$run.log" 2>&1
-          echo "== ncu matrix $run: exit $?, $((SECONDS - start)) s"
-          "$ncu" --import "$OUT/ncu-matrix-$run.ncu-rep" --page details --csv \
-            > "$OUT/ncu-matrix-$run.csv" 2>&1
-          "$ncu" --import "$OUT/ncu-matrix-$run.ncu-rep" --page source --print-source sass --csv \
-            > "$OUT/ncu-matrix-$run-sass.csv" 2>&1
-          grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Instructions)"' \
-            "$OUT/ncu-matrix-$run.csv" | cut -d, -f5,12- | head -12
-          rm -f "$OUT/ncu-matrix-$run.ncu-rep"
+          BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix ncu_profile "ncu-matrix-$run" \
+            "$kernel" "$keys" "$BIN/attention" speed --flash-only \
+            "--shape=${NCU_SHAPE:-16,16,2048,64}"
         done
       fi ;;
     memory) STEP_TIMEOUT=${MEMORY_TIMEOUT:-420} step memory "$BIN/attention" memory ;;
