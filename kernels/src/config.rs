@@ -338,6 +338,11 @@ pub struct MmaConfig {
     /// the two loads' latencies overlap instead of following one another
     /// ([`crate::plan::Tuning::forward_early_kv`]).
     pub early_kv: bool,
+    /// O is written through shared memory in 16-byte chunks where it can
+    /// ([`Self::mma_chunked_output`]) instead of element by element from the accumulators
+    /// ([`crate::plan::Tuning::forward_chunked_output`]). The launcher turns it off where o's rows
+    /// are not contiguous whole chunks.
+    pub chunked_output: bool,
 }
 
 impl MmaConfig {
@@ -399,6 +404,14 @@ impl MmaConfig {
     /// they fit.
     pub fn mma_q_in_registers(&self) -> bool {
         self.q_registers && self.mma_row_tiles() * self.head_dim_tile() <= MMA_Q_REGISTER_COLS
+    }
+
+    /// Whether each plane writes its rows of O through its own rows of the shared Q tile (no
+    /// other plane reads them) and then to global memory in 16-byte chunks: where
+    /// `chunked_output` asks and O's tile rows fit the Q tile's (val_dim no wider than head_dim,
+    /// both padded to the mma tile).
+    pub fn mma_chunked_output(&self) -> bool {
+        self.chunked_output && self.val_dim_tile() <= self.head_dim_tile()
     }
 
     /// Shared memory the kernel declares, in bytes.

@@ -447,3 +447,27 @@ fn h200_starts_the_first_key_value_block_early_only_when_asked() {
         assert_eq!(config.early_kv, expected, "{early:?}: {forward}");
     }
 }
+
+#[test]
+fn h200_chunks_the_forward_output_only_when_asked_and_where_o_fits_the_q_tile() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let props = h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let case = problem(FloatKind::BF16, 64);
+    let wider_values = AttentionProblem { val_dim: 128, ..case };
+    let cases = [
+        (case, None, plan::FORWARD_CHUNKED_OUTPUT),
+        (case, Some(true), true),
+        (case, Some(false), false),
+        // O's rows wider than the Q tile's: written element by element whatever is asked.
+        (wider_values, Some(true), false),
+    ];
+    for (case, chunked, expected) in cases {
+        let tuning = Tuning::default().with_forward_chunked_output(chunked);
+        let forward =
+            plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
+        let ForwardConfig::Mma(config) = forward.config else { panic!("{chunked:?}: {forward}") };
+        assert_eq!(config.mma_chunked_output(), expected, "{chunked:?}: {forward}");
+    }
+}

@@ -36,7 +36,7 @@ use crate::checks::{
 };
 use crate::config::{ForwardConfig, MMA_CHUNK};
 use crate::error::FlashError;
-use crate::plan::{ForwardPlan, Layout};
+use crate::plan::{ForwardPlan, Layout, rows_in_vectors};
 use crate::primitives::score::{ScoreParamsLaunch, score_params};
 use crate::primitives::tile_io::load_width;
 use crate::problem::{AttentionProblem, FloatKind, MaskKind};
@@ -138,6 +138,16 @@ pub fn flash_attention_forward<R: Runtime>(
             load_width(client, problem.dtype, matrix.vector_loads, &rows)
         }
         _ => 1,
+    };
+    // The mma forward writes O in 16-byte chunks only where o's rows are contiguous whole
+    // chunks (a tensor Burn allocates; a caller's strided view gets the element-wise stores).
+    let config = match config {
+        ForwardConfig::Mma(mut mma) => {
+            mma.chunked_output &=
+                rows_in_vectors(problem.dtype, MMA_CHUNK as usize, &[&tensors.o]);
+            ForwardConfig::Mma(mma)
+        }
+        other => other,
     };
     let launch = Launch {
         client,

@@ -70,6 +70,7 @@ impl MmaBlocks {
             rolled_steps: tuning.rolled_steps(),
             q_registers: tuning.forward_q_registers(),
             early_kv: tuning.forward_early_kv(),
+            chunked_output: tuning.forward_chunked_output(),
         }
     }
 

@@ -86,6 +86,9 @@ pub struct Tuning {
     /// Whether the mma forward starts its first key/value block's copy before it loads the
     /// query block ([`crate::config::MmaConfig::early_kv`]); `None`: [`FORWARD_EARLY_KV`].
     pub forward_early_kv: Option<bool>,
+    /// Whether the mma forward writes O through shared memory in 16-byte chunks
+    /// ([`crate::config::MmaConfig::chunked_output`]); `None`: [`FORWARD_CHUNKED_OUTPUT`].
+    pub forward_chunked_output: Option<bool>,
 }
 
 impl Tuning {
@@ -182,6 +185,16 @@ impl Tuning {
         self
     }
 
+    pub fn with_forward_chunked_output(mut self, chunked: Option<bool>) -> Self {
+        self.forward_chunked_output = chunked;
+        self
+    }
+
+    /// [`Tuning::forward_chunked_output`], or the default.
+    pub fn forward_chunked_output(&self) -> bool {
+        self.forward_chunked_output.unwrap_or(FORWARD_CHUNKED_OUTPUT)
+    }
+
     /// [`Tuning::forward_early_kv`], or the default.
     pub fn forward_early_kv(&self) -> bool {
         self.forward_early_kv.unwrap_or(FORWARD_EARLY_KV)
@@ -253,6 +266,12 @@ pub const FORWARD_Q_REGISTERS: bool = true;
 /// card): the other cube on the SM hides that wait already. Kept as an option for devices with
 /// one cube per SM.
 pub const FORWARD_EARLY_KV: bool = false;
+
+/// The mma forward's default for [`Tuning::forward_chunked_output`]: off until measured on a GPU.
+/// Nsight Compute (H100, (64,12,1024,64) bf16, benches/RESULTS.md, 2026-12-07) put 13.8 % of the
+/// forward's stall samples (17.2 % causal) in the code after the key/value loop: each lane's
+/// 2-byte stores of O, their addresses waiting on the tensor's strides, read per element.
+pub const FORWARD_CHUNKED_OUTPUT: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,

@@ -45,7 +45,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// mma forward's Q fragments in registers or re-read from shared memory with
 /// `BURN_FLASH_MMA_Q_REGISTERS` (`true` / `false`, `Tuning::forward_q_registers`); its first
 /// key/value block started before the query block with `BURN_FLASH_MMA_EARLY_KV` (`true` /
-/// `false`, `Tuning::forward_early_kv`).
+/// `false`, `Tuning::forward_early_kv`); its O written through shared memory with
+/// `BURN_FLASH_MMA_CHUNKED_OUTPUT` (`true` / `false`, `Tuning::forward_chunked_output`).
 pub fn tuning() -> Tuning {
     let path = parsed_env("BURN_FLASH_BWD_PATH");
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
@@ -62,7 +63,9 @@ pub fn tuning() -> Tuning {
     let async_copy = parsed_env("BURN_FLASH_ASYNC");
     let q_registers = parsed_env("BURN_FLASH_MMA_Q_REGISTERS");
     let early_kv = parsed_env("BURN_FLASH_MMA_EARLY_KV");
+    let chunked_output = parsed_env("BURN_FLASH_MMA_CHUNKED_OUTPUT");
     Tuning::default()
+        .with_forward_chunked_output(chunked_output)
         .with_forward_early_kv(early_kv)
         .with_forward_q_registers(q_registers)
         .with_rolled_steps(rolled)

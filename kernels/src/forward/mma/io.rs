@@ -1,56 +1,181 @@
-//! The mma forward's output: the normalized O rows and the log-sum-exp, written at the end.
+//! The mma forward's output: the normalized O rows and the log-sum-exp, written at the end,
+//! element by element from the accumulators ([`write_rows`]) or through the shared Q tile in
+//! 16-byte chunks ([`write_rows_chunked`]).
 use cubecl::prelude::*;
 
 use crate::config::MmaConfig;
-use crate::primitives::mma::{Lane, Pair, store_accumulator_row};
+use crate::primitives::chunk_io::{CHUNK, CHUNK_PAIRS};
+use crate::primitives::mma::{
+    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, quad_sum, store_accumulator_row,
+};
 use crate::primitives::online_softmax::OnlineSoftmax;
+use crate::primitives::score::ScoreParams;
 
-/// Normalizes and writes row `row` (`half` 0: accumulator rows `group`, 1: `group + 8`, of
-/// the row tile whose O accumulators start at tile `first_tile`) of O,
-/// and its log-sum-exp from the first lane of the row group.
+use super::rows::Rows;
+
+/// The finished statistics of this lane's row `i` (see [`Rows`]): the four lanes of its row
+/// group hold partial sums, summed here; with `fold_scale` the running max (a raw dot) is
+/// scaled, so that the log-sum-exp is of the logits.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn write_row<F: Float>(
-    o: &mut Tensor<F>,
+fn finished_row(
+    rows: &Rows,
+    params: &ScoreParams,
+    #[comptime] i: u32,
+    #[comptime] config: MmaConfig,
+) -> OnlineSoftmax {
+    let mut softmax = rows.softmax(i);
+    softmax.row_sum = quad_sum(softmax.row_sum);
+    if comptime!(config.score.fold_scale) {
+        softmax.row_max *= params.scale;
+    }
+    softmax
+}
+
+/// The factor a finished row's accumulators are multiplied by.
+#[cube]
+fn normalizer(softmax: &OnlineSoftmax, #[comptime] config: MmaConfig) -> f32 {
+    if comptime!(config.quiet_softmax) {
+        softmax.quiet_normalizer(false)
+    } else {
+        softmax.normalizer()
+    }
+}
+
+/// Writes the log-sum-exp of `row` (the caller picks one lane per row and bounds the row).
+#[cube]
+fn write_lse(
     lse: &mut Tensor<f32>,
-    acc: &Array<Pair<f32>>,
     softmax: &OnlineSoftmax,
     batch: u32,
     head: u32,
     row: u32,
-    lane: Lane,
-    #[comptime] first_tile: u32,
-    #[comptime] half: u32,
-    seq_q: u32,
     #[comptime] config: MmaConfig,
 ) {
-    if row < seq_q {
-        let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
-        let normalizer = if comptime!(config.quiet_softmax) {
-            softmax.quiet_normalizer(false)
-        } else {
-            softmax.normalizer()
-        };
-        store_accumulator_row::<F>(
-            o,
-            acc,
-            base,
-            row,
-            lane,
-            normalizer,
-            first_tile,
-            half,
-            config.val_dim,
-        );
-        if lane.quad == 0 {
-            let at = batch as usize * lse.stride(0)
-                + head as usize * lse.stride(1)
-                + row as usize * lse.stride(2);
-            lse[at] = if comptime!(config.quiet_softmax) {
-                softmax.quiet_lse(false)
-            } else {
-                softmax.lse(false)
-            };
+    let at =
+        batch as usize * lse.stride(0) + head as usize * lse.stride(1) + row as usize * lse.stride(2);
+    lse[at] = if comptime!(config.quiet_softmax) {
+        softmax.quiet_lse(false)
+    } else {
+        softmax.lse(false)
+    };
+}
+
+/// Normalizes and writes this lane's rows of O (rows `first_row + 16 t` and `+ 8` of row tile
+/// `t`) element by element from the accumulators, and their log-sum-exps from the first lane
+/// of each row group.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_rows<F: Float>(
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    rows: &Rows,
+    params: &ScoreParams,
+    batch: u32,
+    head: u32,
+    first_row: u32,
+    lane: Lane,
+    #[comptime] config: MmaConfig,
+) {
+    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
+    #[unroll]
+    for t in 0..comptime!(config.mma_row_tiles()) {
+        #[unroll]
+        for half in 0..2u32 {
+            let softmax = finished_row(rows, params, comptime!(t * 2 + half), config);
+            let row = first_row + t * TILE_M + half * BOTTOM_ROW;
+            if row < params.seq_q {
+                let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
+                store_accumulator_row::<F>(
+                    o,
+                    &rows.acc,
+                    base,
+                    row,
+                    lane,
+                    normalizer(&softmax, config),
+                    comptime!(t * val_tiles),
+                    half,
+                    config.val_dim,
+                );
+                if lane.quad == 0 {
+                    write_lse(lse, &softmax, batch, head, row, config);
+                }
+            }
+        }
+    }
+}
+
+/// Writes this plane's rows of O (`[q_start + plane_row, + plane_rows)`) through its own rows
+/// of the shared Q tile, which no other plane reads: each lane stores its normalized
+/// accumulator pairs, rounded to `F` (row stride an odd number of 16-byte chunks: the 32 lanes'
+/// 4-byte stores fall in 32 banks), and the log-sum-exps from the first lane of each row
+/// group; after a plane sync, lane `l` copies chunks `l, l + 32, ...` of the plane's rows to
+/// `o` in 16-byte loads and stores, a row's chunks from consecutive lanes, o's strides read
+/// once. Needs [`MmaConfig::mma_chunked_output`] and o's rows contiguous
+/// whole chunks (the launcher's check).
+/// ```text
+/// accumulators --x normalizer, pairs--> Q tile rows [plane_row, plane_row + plane_rows)
+///                                          | 16-byte chunks, lane l: l, l + 32, ...
+///             o rows [q_start + plane_row, ...) <--+ (rows before seq_q)
+/// ```
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_rows_chunked<F: Float, N: Size>(
+    o: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    q_tile: &mut SharedMemory<Vector<F, N>>,
+    rows: &Rows,
+    params: &ScoreParams,
+    batch: u32,
+    head: u32,
+    q_start: u32,
+    plane_row: u32,
+    lane: Lane,
+    #[comptime] config: MmaConfig,
+) {
+    let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
+    let stride = comptime!(config.mma_head_stride());
+    let pair_stride = comptime!(stride * CHUNK_PAIRS);
+    let tile_pairs = comptime!(TILE_N / 2);
+    let mut pairs = q_tile.to_slice_mut().with_vector_size::<Const<2>>();
+    #[unroll]
+    for t in 0..comptime!(config.mma_row_tiles()) {
+        #[unroll]
+        for half in 0..2u32 {
+            let softmax = finished_row(rows, params, comptime!(t * 2 + half), config);
+            let factor = Pair::<f32>::new(normalizer(&softmax, config));
+            let tile_row = plane_row + t * TILE_M + half * BOTTOM_ROW + lane.group;
+            let at = tile_row * pair_stride + lane.quad;
+            #[unroll]
+            for j in 0..val_tiles {
+                let acc = rows.acc[((t * val_tiles + j) * ACC_REGS + half) as usize];
+                pairs[(at + j * tile_pairs) as usize] = Pair::<F>::cast_from(acc * factor);
+            }
+            let row = q_start + tile_row;
+            if row < params.seq_q && lane.quad == 0 {
+                // (lse's strides read in each row's branch: read once before, ptxas hoists
+                // them above the key/value loop, which took head dim 32's forward from 168 to
+                // 176 registers, a cube fewer per SM; offline SASS for sm_90a.)
+                write_lse(lse, &softmax, batch, head, row, config);
+            }
+        }
+    }
+    sync_plane();
+    // o's rows hold val_dim elements, a whole number of chunks (a need of the mma path).
+    let row_chunks = comptime!(config.val_dim / CHUNK);
+    let total = comptime!(config.plane_rows * row_chunks);
+    let base = (batch as usize * o.stride(0) + head as usize * o.stride(1)) / CHUNK as usize;
+    let row_stride = o.stride(2) / CHUNK as usize;
+    let mut chunks = o.to_slice_mut().into_vectorized().with_vector_size::<N>();
+    #[unroll]
+    for s in 0..comptime!(total.div_ceil(LANES)) {
+        let index = lane.id + s * LANES;
+        let (r, c) = (index / row_chunks, index % row_chunks);
+        let row = q_start + plane_row + r;
+        // (`index < total` holds in every lane where the lanes share the chunks evenly.)
+        let in_plane = comptime!(total.is_multiple_of(LANES)) || index < total;
+        if in_plane && row < params.seq_q {
+            chunks[base + row as usize * row_stride + c as usize] =
+                q_tile[((plane_row + r) * stride + c) as usize];
         }
     }
 }

@@ -14,6 +14,10 @@
 //! 3. `O += P V`, P being the cast accumulators of step 1 (never leaving registers), V's B
 //!    fragments by transposing `ldmatrix`.
 //!
+//! After the last block each row is normalized once and written with its log-sum-exp
+//! ([`io`]): element by element from the accumulators, or (`config.chunked_output`) through the
+//! plane's own rows of the Q tile and out in 16-byte chunks.
+//!
 //! The next block's K and V are started while this block computes
 //! ([`crate::primitives::pair_stream`]): by `cp.async` straight into the other of two buffers
 //! (`config.async_kv`, completed by one mbarrier wait per block), or through registers
@@ -31,13 +35,13 @@ use crate::config::MmaConfig;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first, rows_kv_end};
 use crate::primitives::block_stream::stream_blocks;
 use crate::primitives::chunk_io::{buffer_row, chunk_tile, chunk_view, copy_rows};
-use crate::primitives::mma::{BOTTOM_ROW, LANES, TILE_M, TILE_N, lane, quad_sum};
+use crate::primitives::mma::{LANES, TILE_N, lane};
 use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreParamsLaunch, score_tensors};
 
 use super::ForwardArgs;
 use blocks::{KvBlocks, KvInputs, KvState};
-use io::write_row;
+use io::{write_rows, write_rows_chunked};
 use rows::{Rows, query_fragments};
 
 mod blocks;
@@ -222,35 +226,23 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
         rows: Rows::new(row_tiles, val_tiles),
     };
     stream_blocks::<KvBlocks<F, M, S, N>>(&inputs, &mut state, range, config);
-    let rows = state.rows;
 
-    // Step 3: the four lanes of a row group hold partial row sums; sum them, normalize once,
-    // write O and the log-sum-exp.
-    #[unroll]
-    for t in 0..row_tiles {
-        #[unroll]
-        for half in 0..2u32 {
-            let i = t * 2 + half;
-            let mut softmax = rows.softmax(i);
-            softmax.row_sum = quad_sum(softmax.row_sum);
-            if comptime!(config.score.fold_scale) {
-                // The running max is a raw dot: the log-sum-exp is of the logits.
-                softmax.row_max *= params.scale;
-            }
-            write_row::<F>(
-                o,
-                lse,
-                &rows.acc,
-                &softmax,
-                batch,
-                head,
-                first_row + t * TILE_M + half * BOTTOM_ROW,
-                lane,
-                comptime!(t * val_tiles),
-                half,
-                params.seq_q,
-                config,
-            );
-        }
+    // Step 3: normalize once, write O and the log-sum-exp.
+    if comptime!(config.mma_chunked_output()) {
+        write_rows_chunked::<F, N>(
+            o,
+            lse,
+            &mut state.tiles.q,
+            &state.rows,
+            &params,
+            batch,
+            head,
+            q_start,
+            plane_row,
+            lane,
+            config,
+        );
+    } else {
+        write_rows::<F>(o, lse, &state.rows, &params, batch, head, first_row, lane, config);
     }
 }
