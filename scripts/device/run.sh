@@ -8,12 +8,13 @@
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
 #         | ncu-forward | prefetch
-#         | staggered | plane_softmax | wide_scores
+#         | staggered | plane_softmax | wide_scores | chunked
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # staged / staged-compile: the same two for the mma kernels streaming through registers
 # instead of cp.async (Tuning::async_copy; $OUT/staged.csv, $OUT/kprofile-{staged,async}.csv).
+# chunked: the mma forward's O written in 16-byte chunks beside element-wise, forward only.
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
@@ -253,6 +254,26 @@ for s in "$@"; do
       # Tuning::async_copy: the mma kernels streaming through registers (no cp.async: a first
       # compile without libcu++'s barrier headers), beside the default: $OUT/staged.csv.
       speed_beside staged BURN_FLASH_ASYNC=false ;;
+    chunked)
+      # Tuning::forward_chunked_output: the mma forward writing O through shared memory in
+      # 16-byte chunks beside its element-wise stores, the forward only at the eight shapes, in
+      # two process pairs (off, on, off, on): $OUT/chunked.csv (impl flash-chunked, then flash).
+      start=$SECONDS
+      for pair in 1 2; do
+        for on in false true; do
+          BURN_FLASH_MMA_CHUNKED_OUTPUT=$on timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed \
+            --flash-only --fwd-only "${EIGHT[@]}" > "$OUT/chunked-$on-$pair.csv" \
+            2> "$OUT/chunked-$on-$pair.err"
+          echo "== chunked=$on, pair $pair: exit $?, $((SECONDS - start)) s"
+        done
+      done
+      { head -n 1 "$OUT/chunked-false-1.csv"
+        for pair in 1 2; do
+          grep -v '^impl' "$OUT/chunked-true-$pair.csv" | sed 's/^flash,/flash-chunked,/'
+          grep -v '^impl' "$OUT/chunked-false-$pair.csv"
+        done
+      } > "$OUT/chunked.csv"
+      cat "$OUT/chunked.csv" ;;
     rolled-compile)
       # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default
       # PROFILE_SHAPES head dims 64 and 128 at 2048 keys: $OUT/kprofile-{rolled,unrolled}.csv.

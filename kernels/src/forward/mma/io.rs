@@ -104,7 +104,8 @@ pub(super) fn write_rows<F: Float>(
     }
 }
 
-/// Writes this plane's rows of O (`[q_start + plane_row, + plane_rows)`) through its own rows
+/// Writes this plane's rows of O (`first_row - group` on, this lane's first row being
+/// `first_row`) through its own rows
 /// of the shared Q tile, which no other plane reads: each lane stores its normalized
 /// accumulator pairs, rounded to `F` (row stride an odd number of 16-byte chunks: the 32 lanes'
 /// 4-byte stores fall in 32 banks), and the log-sum-exps from the first lane of each row
@@ -115,7 +116,7 @@ pub(super) fn write_rows<F: Float>(
 /// ```text
 /// accumulators --x normalizer, pairs--> Q tile rows [plane_row, plane_row + plane_rows)
 ///                                          | 16-byte chunks, lane l: l, l + 32, ...
-///             o rows [q_start + plane_row, ...) <--+ (rows before seq_q)
+///             o rows [first_row - group, ...) <--+ (rows before seq_q)
 /// ```
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -127,7 +128,7 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
     params: &ScoreParams,
     batch: u32,
     head: u32,
-    q_start: u32,
+    first_row: u32,
     plane_row: u32,
     lane: Lane,
     #[comptime] config: MmaConfig,
@@ -143,14 +144,14 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
         for half in 0..2u32 {
             let softmax = finished_row(rows, params, comptime!(t * 2 + half), config);
             let factor = Pair::<f32>::new(normalizer(&softmax, config));
-            let tile_row = plane_row + t * TILE_M + half * BOTTOM_ROW + lane.group;
-            let at = tile_row * pair_stride + lane.quad;
+            let offset = t * TILE_M + half * BOTTOM_ROW;
+            let at = (plane_row + lane.group + offset) * pair_stride + lane.quad;
             #[unroll]
             for j in 0..val_tiles {
                 let acc = rows.acc[((t * val_tiles + j) * ACC_REGS + half) as usize];
                 pairs[(at + j * tile_pairs) as usize] = Pair::<F>::cast_from(acc * factor);
             }
-            let row = q_start + tile_row;
+            let row = first_row + offset;
             if row < params.seq_q && lane.quad == 0 {
                 // (lse's strides read in each row's branch: read once before, ptxas hoists
                 // them above the key/value loop, which took head dim 32's forward from 168 to
@@ -160,22 +161,28 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
         }
     }
     sync_plane();
-    // o's rows hold val_dim elements, a whole number of chunks (a need of the mma path).
-    let row_chunks = comptime!(config.val_dim / CHUNK);
-    let total = comptime!(config.plane_rows * row_chunks);
-    let base = (batch as usize * o.stride(0) + head as usize * o.stride(1)) / CHUNK as usize;
-    let row_stride = o.stride(2) / CHUNK as usize;
-    let mut chunks = o.to_slice_mut().into_vectorized().with_vector_size::<N>();
-    #[unroll]
-    for s in 0..comptime!(total.div_ceil(LANES)) {
-        let index = lane.id + s * LANES;
-        let (r, c) = (index / row_chunks, index % row_chunks);
-        let row = q_start + plane_row + r;
-        // (`index < total` holds in every lane where the lanes share the chunks evenly.)
-        let in_plane = comptime!(total.is_multiple_of(LANES)) || index < total;
-        if in_plane && row < params.seq_q {
-            chunks[base + row as usize * row_stride + c as usize] =
-                q_tile[((plane_row + r) * stride + c) as usize];
+    // (From `first_row`, which the key/value loop keeps: kept through the loop as well, the
+    // query block's start cost head dim 32's causal forward 20 bytes of spills, offline SASS.)
+    let plane_first_row = first_row - lane.group;
+    // A plane whose rows all lie past seq_q writes nothing.
+    if plane_first_row < params.seq_q {
+        // o's rows hold val_dim elements, a whole number of chunks (a need of the mma path).
+        let row_chunks = comptime!(config.val_dim / CHUNK);
+        let total = comptime!(config.plane_rows * row_chunks);
+        let base = (batch as usize * o.stride(0) + head as usize * o.stride(1)) / CHUNK as usize;
+        let row_stride = o.stride(2) / CHUNK as usize;
+        let mut chunks = o.to_slice_mut().into_vectorized().with_vector_size::<N>();
+        #[unroll]
+        for s in 0..comptime!(total.div_ceil(LANES)) {
+            let index = lane.id + s * LANES;
+            let (r, c) = (index / row_chunks, index % row_chunks);
+            let row = plane_first_row + r;
+            // (`index < total` holds in every lane where the lanes share the chunks evenly.)
+            let in_plane = comptime!(total.is_multiple_of(LANES)) || index < total;
+            if in_plane && row < params.seq_q {
+                chunks[base + row as usize * row_stride + c as usize] =
+                    q_tile[((plane_row + r) * stride + c) as usize];
+            }
         }
     }
 }

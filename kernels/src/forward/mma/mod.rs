@@ -237,7 +237,7 @@ pub fn flash_attention_forward_mma_kernel<F: Float, M: Int, S: PairStream, N: Si
             &params,
             batch,
             head,
-            q_start,
+            first_row,
             plane_row,
             lane,
             config,
