@@ -104,15 +104,14 @@ pub(super) fn write_rows<F: Float>(
     }
 }
 
-/// Writes this plane's rows of O (`first_row - group` on, this lane's first row being
-/// `first_row`) through its own rows
-/// of the shared Q tile, which no other plane reads: each lane stores its normalized
-/// accumulator pairs, rounded to `F` (row stride an odd number of 16-byte chunks: the 32 lanes'
-/// 4-byte stores fall in 32 banks), and the log-sum-exps from the first lane of each row
-/// group; after a plane sync, lane `l` copies chunks `l, l + 32, ...` of the plane's rows to
-/// `o` in 16-byte loads and stores, a row's chunks from consecutive lanes, o's strides read
-/// once. Needs [`MmaConfig::mma_chunked_output`] and o's rows contiguous
-/// whole chunks (the launcher's check).
+/// Writes this plane's rows of O (from `first_row - group` on, `first_row` being this lane's
+/// first) through its own rows of the shared Q tile, which no other plane reads: each lane
+/// stores its normalized accumulator pairs, rounded to `F` (row stride an odd number of 16-byte
+/// chunks: the 32 lanes' 4-byte stores fall in 32 banks), and the log-sum-exps from the first
+/// lane of each row group; after a plane sync, lane `l` copies chunks `l, l + 32, ...` of the
+/// plane's rows to `o` in 16-byte loads and stores, a row's chunks from consecutive lanes, o's
+/// strides read once. Needs [`MmaConfig::mma_chunked_output`] and o's rows contiguous whole
+/// chunks (the launcher's check).
 /// ```text
 /// accumulators --x normalizer, pairs--> Q tile rows [plane_row, plane_row + plane_rows)
 ///                                          | 16-byte chunks, lane l: l, l + 32, ...
