@@ -51,8 +51,9 @@ fn write_lse(
     row: u32,
     #[comptime] config: MmaConfig,
 ) {
-    let at =
-        batch as usize * lse.stride(0) + head as usize * lse.stride(1) + row as usize * lse.stride(2);
+    let at = batch as usize * lse.stride(0)
+        + head as usize * lse.stride(1)
+        + row as usize * lse.stride(2);
     lse[at] = if comptime!(config.quiet_softmax) {
         softmax.quiet_lse(false)
     } else {
