@@ -27,7 +27,8 @@
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
-# matrix-backward, matrix-forward, wave64, conformance, nn, or any other test binary by name.
+# forward-chunked, matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
+# binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -152,6 +153,9 @@ for s in "$@"; do
           forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          # The forward suite's half-precision cases (the mma path's) with the mma forward's O
+          # written in 16-byte chunks (Tuning::forward_chunked_output).
+          forward-chunked) cmd=(env BURN_FLASH_MMA_CHUNKED_OUTPUT=true "$BIN/forward" f16 --skip matrix --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
