@@ -2,6 +2,7 @@
 //! test client itself), and MI300X / H200 properties built on top of it.
 mod support;
 
+use burn_flash_attn_kernels::config::MmaConfig;
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout, Tuning};
 use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, ForwardPath};
 use cubecl::ir::DeviceProperties;
@@ -410,23 +411,28 @@ fn h200_streams_by_cp_async_unless_the_tuning_turns_it_off() {
     }
 }
 
-#[test]
-fn h200_keeps_q_in_registers_where_it_fits_unless_the_tuning_says_otherwise() {
+/// The mma forward's config the planner picks on an H200 for `case` under `tuning`.
+fn h200_mma_forward(case: &AttentionProblem, tuning: &Tuning) -> MmaConfig {
     use burn_flash_attn_kernels::plan;
     let client = support::client();
     let props = h200(client.properties());
     let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let forward = plan::forward::forward(&caps, case, Layout::CHUNKED, tuning).expect("planned");
+    let ForwardConfig::Mma(config) = forward.config else { panic!("{case:?}: {forward}") };
+    config
+}
+
+#[test]
+fn h200_keeps_q_in_registers_where_it_fits_unless_the_tuning_says_otherwise() {
     // 32-row planes: two row tiles, Q's fragments fit up to head dim 64.
     for (head_dim, fits) in [(32, true), (64, true), (128, false)] {
         let case = problem(FloatKind::BF16, head_dim);
         for (q_registers, expected) in [(None, fits), (Some(true), fits), (Some(false), false)] {
             let tuning = Tuning::default().with_forward_q_registers(q_registers);
             let what = format!("hd{head_dim} q_registers {q_registers:?}");
-            let forward =
-                plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
-            let ForwardConfig::Mma(config) = forward.config else { panic!("{what}: {forward}") };
-            assert_eq!(config.plane_rows, 32, "{what}: {forward}");
-            assert_eq!(config.mma_q_in_registers(), expected, "{what}: {forward}");
+            let config = h200_mma_forward(&case, &tuning);
+            assert_eq!(config.plane_rows, 32, "{what}");
+            assert_eq!(config.mma_q_in_registers(), expected, "{what}");
         }
     }
 }
@@ -434,26 +440,17 @@ fn h200_keeps_q_in_registers_where_it_fits_unless_the_tuning_says_otherwise() {
 #[test]
 fn h200_starts_the_first_key_value_block_early_only_when_asked() {
     use burn_flash_attn_kernels::plan;
-    let client = support::client();
-    let props = h200(client.properties());
-    let caps = DeviceCaps::new(&props, planning::SIMULATED);
     let case = problem(FloatKind::BF16, 64);
     let cases = [(None, plan::FORWARD_EARLY_KV), (Some(true), true), (Some(false), false)];
     for (early, expected) in cases {
-        let tuning = Tuning::default().with_forward_early_kv(early);
-        let forward =
-            plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
-        let ForwardConfig::Mma(config) = forward.config else { panic!("{early:?}: {forward}") };
-        assert_eq!(config.early_kv, expected, "{early:?}: {forward}");
+        let config = h200_mma_forward(&case, &Tuning::default().with_forward_early_kv(early));
+        assert_eq!(config.early_kv, expected, "{early:?}");
     }
 }
 
 #[test]
 fn h200_chunks_the_forward_output_only_when_asked_and_where_o_fits_the_q_tile() {
     use burn_flash_attn_kernels::plan;
-    let client = support::client();
-    let props = h200(client.properties());
-    let caps = DeviceCaps::new(&props, planning::SIMULATED);
     let case = problem(FloatKind::BF16, 64);
     let wider_values = AttentionProblem { val_dim: 128, ..case };
     let cases = [
@@ -465,9 +462,7 @@ fn h200_chunks_the_forward_output_only_when_asked_and_where_o_fits_the_q_tile() 
     ];
     for (case, chunked, expected) in cases {
         let tuning = Tuning::default().with_forward_chunked_output(chunked);
-        let forward =
-            plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).expect("planned");
-        let ForwardConfig::Mma(config) = forward.config else { panic!("{chunked:?}: {forward}") };
-        assert_eq!(config.mma_chunked_output(), expected, "{chunked:?}: {forward}");
+        let config = h200_mma_forward(&case, &tuning);
+        assert_eq!(config.mma_chunked_output(), expected, "{chunked:?}: {config:?}");
     }
 }
