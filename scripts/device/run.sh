@@ -87,18 +87,29 @@ ncu_profile() {
   rm -f "$OUT/$name.ncu-rep"
 }
 
-# speed_beside NAME VAR=VALUE: ours at the eight shapes of `h200` with VAR=VALUE in the
-# environment (impl flash-NAME), then with the default, one process each: $OUT/NAME.csv.
+# speed_beside NAME VAR=VALUE [ARGS...]: ours at the eight shapes of `h200` with VAR=VALUE in
+# the environment (impl flash-NAME), then with the default, one process each, PAIRS times
+# (default 1), the bench given ARGS too: $OUT/NAME.csv (each pair's NAME rows, then its default
+# rows).
 speed_beside() {
-  local name=$1 setting=$2 start=$SECONDS
-  env "$setting" timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
-    > "$OUT/$name-only.csv" 2> "$OUT/$name.err"
-  echo "== $name: exit $?, $((SECONDS - start)) s"
-  timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${EIGHT[@]}" \
-    > "$OUT/$name-default.csv" 2> "$OUT/$name-default.err"
-  echo "== default: exit $?, $((SECONDS - start)) s"
-  { sed "s/^flash,/flash-$name,/" "$OUT/$name-only.csv"; grep -v '^impl' "$OUT/$name-default.csv"; } \
-    > "$OUT/$name.csv"
+  local name=$1 setting=$2 start=$SECONDS pair run
+  shift 2
+  for pair in $(seq "${PAIRS:-1}"); do
+    run=$name$([ "$pair" = 1 ] || echo "-$pair")
+    env "$setting" timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "$@" \
+      "${EIGHT[@]}" > "$OUT/$run-only.csv" 2> "$OUT/$run.err"
+    echo "== $run: exit $?, $((SECONDS - start)) s"
+    timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "$@" "${EIGHT[@]}" \
+      > "$OUT/$run-default.csv" 2> "$OUT/$run-default.err"
+    echo "== default: exit $?, $((SECONDS - start)) s"
+  done
+  { head -n 1 "$OUT/$name-only.csv"
+    for pair in $(seq "${PAIRS:-1}"); do
+      run=$name$([ "$pair" = 1 ] || echo "-$pair")
+      grep -v '^impl' "$OUT/$run-only.csv" | sed "s/^flash,/flash-$name,/"
+      grep -v '^impl' "$OUT/$run-default.csv"
+    done
+  } > "$OUT/$name.csv"
   cat "$OUT/$name.csv"
 }
 
@@ -261,23 +272,8 @@ for s in "$@"; do
     chunked)
       # Tuning::forward_chunked_output: the mma forward writing O through shared memory in
       # 16-byte chunks beside its element-wise stores, the forward only at the eight shapes, in
-      # two process pairs (off, on, off, on): $OUT/chunked.csv (impl flash-chunked, then flash).
-      start=$SECONDS
-      for pair in 1 2; do
-        for on in false true; do
-          BURN_FLASH_MMA_CHUNKED_OUTPUT=$on timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed \
-            --flash-only --fwd-only "${EIGHT[@]}" > "$OUT/chunked-$on-$pair.csv" \
-            2> "$OUT/chunked-$on-$pair.err"
-          echo "== chunked=$on, pair $pair: exit $?, $((SECONDS - start)) s"
-        done
-      done
-      { head -n 1 "$OUT/chunked-false-1.csv"
-        for pair in 1 2; do
-          grep -v '^impl' "$OUT/chunked-true-$pair.csv" | sed 's/^flash,/flash-chunked,/'
-          grep -v '^impl' "$OUT/chunked-false-$pair.csv"
-        done
-      } > "$OUT/chunked.csv"
-      cat "$OUT/chunked.csv" ;;
+      # two process pairs: $OUT/chunked.csv (impl flash-chunked, then flash).
+      PAIRS=2 speed_beside chunked BURN_FLASH_MMA_CHUNKED_OUTPUT=true --fwd-only ;;
     rolled-compile)
       # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default
       # PROFILE_SHAPES head dims 64 and 128 at 2048 keys: $OUT/kprofile-{rolled,unrolled}.csv.
