@@ -275,7 +275,7 @@ pub const FORWARD_EARLY_KV: bool = false;
 /// 1.06-1.13x causal at (64,12,1024,64), (16,16,2048,64), (32,12,1024,32) and (16,16,2048,128)
 /// (H100, bf16, two process pairs, binaries of eab2650); 10 of the forward suite's half-precision
 /// cases passed with it (strided O, masks, causal, quiet, softcap among them), none failed, in the
-/// time that call had left.
+/// 100 s the suite was given.
 pub const FORWARD_CHUNKED_OUTPUT: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
