@@ -267,16 +267,16 @@ pub const FORWARD_Q_REGISTERS: bool = true;
 /// one cube per SM.
 pub const FORWARD_EARLY_KV: bool = false;
 
-/// The mma forward's default for [`Tuning::forward_chunked_output`]: off until the whole forward
-/// suite has run with it on a GPU. Nsight Compute (H100, (64,12,1024,64) bf16, benches/RESULTS.md,
-/// 2026-12-07) put 13.8 % of the forward's stall samples (17.2 % causal) in the code after the
-/// key/value loop: each lane's 2-byte stores of O, their addresses waiting on the tensor's
-/// strides, read per element. Chunked, the forward ran 1.01-1.06x as fast not causal and
-/// 1.06-1.13x causal at (64,12,1024,64), (16,16,2048,64), (32,12,1024,32) and (16,16,2048,128)
-/// (H100, bf16, two process pairs, binaries of eab2650); 10 of the forward suite's half-precision
-/// cases passed with it (strided O, masks, causal, quiet, softcap among them), none failed, in the
-/// 100 s the suite was given.
-pub const FORWARD_CHUNKED_OUTPUT: bool = false;
+/// The mma forward's default for [`Tuning::forward_chunked_output`]: on. Nsight Compute (H100,
+/// (64,12,1024,64) bf16, benches/RESULTS.md, 2026-12-07) put 13.8 % of the forward's stall
+/// samples (17.2 % causal) in the code after the key/value loop: each lane's 2-byte stores of O,
+/// their addresses waiting on the tensor's strides, read per element. Chunked, on an H200 (bf16,
+/// two process pairs, binaries of eab2650, benches/RESULTS.md 2026-12-07) the forward ran
+/// 1.00-1.14x as fast causal and 1.00-1.07x not causal at issue 15's shapes, except (32,12,1024,32)
+/// 0.96 / 1.03 in the two pairs, (4,16,8192,128) 0.99 / 1.00 and (1,16,32768,128) 0.98 / 0.98
+/// (the host-bound (6,12,512,32) within noise); the forward suite's 78 half-precision cases
+/// passed with it on the same card.
+pub const FORWARD_CHUNKED_OUTPUT: bool = true;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,
