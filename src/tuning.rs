@@ -29,6 +29,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_staggered: None,
     matrix_plane_softmax: None,
     matrix_wide_scores: None,
+    matrix_plane_rows: None,
     rolled_steps: None,
     async_copy: None,
     forward_q_registers: None,

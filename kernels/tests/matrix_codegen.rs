@@ -339,6 +339,38 @@ fn matrix_forward_widens_its_score_rows_where_asked() {
     assert_fits_the_plan("wide scores", &source, shared, config.shared_memory_bytes());
 }
 
+/// With `Tuning::matrix_plane_rows` = 32 each plane of the matrix forward runs two row tiles
+/// (one unit a row on the H200's 32-unit planes): the kernel declares the shared memory the
+/// planner counts, and loads fewer fragments per product than with 16 rows a plane (each K and V
+/// fragment once for both row tiles).
+#[test]
+fn matrix_forward_takes_32_rows_a_plane_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let case = problem(FloatKind::BF16, 64, 64, 203, 203);
+    let source_of = |rows| {
+        let tuning = planning::tuning()
+            .with_forward_path(Some(ForwardPath::Matrix))
+            .with_matrix_plane_rows(Some(rows));
+        let plan = planning::forward_plan_tuned(&caps, &case, Layout::CHUNKED, &tuning);
+        let plan = plan.expect("planned");
+        let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+        assert_eq!(config.plane_rows(), rows, "{plan}");
+        let (source, shared) = matrix_source::<half::bf16, u32>(&client, config, 8);
+        assert_fits_the_plan(&format!("{rows} rows"), &source, shared, config.shared_memory_bytes());
+        source
+    };
+    let (rows16, rows32) = (source_of(16), source_of(32));
+    dump("matrix_BF16_hd64_rows32.cu", &rows32);
+    // Fragment loads per product, in the unrolled source.
+    let loads_per_product = |source: &str| {
+        source.matches("load_matrix_sync").count() as f64 / source.matches("mma_sync").count() as f64
+    };
+    let (fewer, more) = (loads_per_product(&rows32), loads_per_product(&rows16));
+    assert!(fewer < more, "loads per product: 32 rows {fewer:.2}, 16 rows {more:.2}");
+}
+
 /// With `Tuning::matrix_wide_scores` the gradient kernels' S and dP rows are 32 bytes longer
 /// (their units pairing a strip's rows two apart) and each kernel declares the shared memory
 /// the planner counts for them (within its estimate).

@@ -8,7 +8,7 @@
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
 #         | ncu-forward | prefetch
-#         | staggered | plane_softmax | wide_scores | chunked
+#         | staggered | plane_softmax | wide_scores | plane_rows | chunked
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
@@ -19,15 +19,14 @@
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
 # matrix: the matrix (cmma) forward and backward forced, beside the default path (issue 16).
-# prefetch / staggered / plane_softmax / wide_scores: the matrix paths forced, with that option
-# on and off
-# ($OUT/<step>.csv).
+# prefetch / staggered / plane_softmax / wide_scores / plane_rows: the matrix paths forced,
+# with that option on and off ($OUT/<step>.csv; plane_rows: the forward only, 32 and 16).
 # kprofile: device time per kernel from CubeCL's profiler (`attention profile`, PROFILE_SHAPES).
 # ptests: the device test suites in parallel (ktests and conformance run them one by one);
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
-# forward-chunked, matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
+# forward-matrix-rows32, matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
 # binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -164,9 +163,9 @@ for s in "$@"; do
           forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The forward suite's half-precision cases (the mma path's) with the mma forward's O
-          # written in 16-byte chunks (Tuning::forward_chunked_output).
-          forward-chunked) cmd=(env BURN_FLASH_MMA_CHUNKED_OUTPUT=true "$BIN/forward" f16 --skip matrix --test-threads=${THREADS:-4}) ;;
+          # The whole forward suite on the matrix forward (as forward-matrix) with 32 query rows
+          # a plane (Tuning::matrix_plane_rows).
+          forward-matrix-rows32) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_PLANE_ROWS=32 "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
@@ -307,25 +306,29 @@ for s in "$@"; do
         grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
       grep -iE "warning|error" "$OUT/matrix.err" | head -5
       cat "$OUT/matrix.csv" ;;
-    prefetch|staggered|plane_softmax|wide_scores)
+    prefetch|staggered|plane_softmax|wide_scores|plane_rows)
       # The matrix paths forced (the backward on its one pass) with one of their options on and
       # off, one process each: prefetch, the streamed blocks fetched one block ahead
       # (Tuning::matrix_prefetch); staggered, the forward's rows 8-15 walking their columns one
       # step later (Tuning::matrix_staggered); plane_softmax, the forward's softmax kept in each
       # plane (Tuning::matrix_plane_softmax); wide_scores, the f32 score rows padded by 32
       # bytes (the forward's S, its rows staggered in four groups; the gradient kernels' S and
-      # dP, a strip's rows paired two apart: Tuning::matrix_wide_scores). At AB_SHAPES
-      # (default: the six of issue 15's bar): $OUT/$s.csv (impl flash-matrix-$s-true, -false).
+      # dP, a strip's rows paired two apart: Tuning::matrix_wide_scores); plane_rows, the
+      # forward's 32 query rows a plane against 16 (Tuning::matrix_plane_rows, forward only).
+      # At AB_SHAPES (default: the six of issue 15's bar): $OUT/$s.csv (impl
+      # flash-matrix-$s-true, -false; -32, -16).
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
+      values=(true false)
+      if [ "$s" = plane_rows ]; then values=(32 16); args+=(--fwd-only); fi
       start=$SECONDS
-      for on in true false; do
+      for on in "${values[@]}"; do
         env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix "$var=$on" \
           timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${args[@]}" \
           2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-$on,/" > "$OUT/$s-$on.csv"
         echo "== matrix, $var=$on: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
       done
-      { cat "$OUT/$s-true.csv"; grep -v '^impl' "$OUT/$s-false.csv"; } > "$OUT/$s.csv"
+      { cat "$OUT/$s-${values[0]}.csv"; grep -v '^impl' "$OUT/$s-${values[1]}.csv"; } > "$OUT/$s.csv"
       grep -iE "warning|error" "$OUT/$s.err" | head -5
       cat "$OUT/$s.csv" ;;
     ncu)

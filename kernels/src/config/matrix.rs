@@ -7,10 +7,10 @@ use crate::primitives::score::ScoreOptions;
 
 /// The matrix kernel (`forward/matrix/`): 16x16x16 tile products (cmma, or the scalar
 /// stand-in) on tiles staged in the dtype or in f32, the softmax through shared memory. Each
-/// plane owns 16 query rows.
+/// plane owns 16 query rows, or 32 with `row_tiles` = 2.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct MatrixConfig {
-    /// Query rows per cube (16 per plane).
+    /// Query rows per cube ([`Self::plane_rows`] per plane).
     pub block_q: u32,
     /// Key/value rows per iteration of the main loop (a multiple of the tile).
     pub block_kv: u32,
@@ -18,8 +18,13 @@ pub struct MatrixConfig {
     pub head_dim: u32,
     /// Exact val_dim (v, o columns).
     pub val_dim: u32,
-    /// Units per plane (32 on NVIDIA, 64 on AMD wave64): `plane_size / 16` units share a row.
+    /// Units per plane (32 on NVIDIA, 64 on AMD wave64): `plane_size / plane_rows` units share
+    /// a row.
     pub plane_size: u32,
+    /// Row tiles (16 query rows each) per plane, 1 or 2: with 2 a plane loads each K and V
+    /// fragment once for 32 rows instead of 16, half the fragment loads per product, and its
+    /// units each take half as many rows' columns more ([`crate::plan::Tuning::matrix_plane_rows`]).
+    pub row_tiles: u32,
     /// Bytes per element of the Q, K, V and P tiles: the dtype's, or 4 with `f32_tiles`.
     pub elem_bytes: u32,
     /// The tiles are f32 (the inputs converted exactly) and the products run on the f32 cmma:
@@ -72,9 +77,14 @@ impl MatrixConfig {
         if self.padded { MATRIX_PAD_BYTES / bytes } else { 0 }
     }
 
+    /// Query rows per plane: `row_tiles` tiles of 16.
+    pub fn plane_rows(&self) -> u32 {
+        self.row_tiles * MATRIX_TILE
+    }
+
     /// Units sharing one query row.
     pub fn units_per_row(&self) -> u32 {
-        self.plane_size / MATRIX_TILE
+        self.plane_size / self.plane_rows()
     }
 
     /// Units per cube.
@@ -82,7 +92,7 @@ impl MatrixConfig {
         self.block_q * self.units_per_row()
     }
 
-    /// Planes per cube: 16 query rows each.
+    /// Planes per cube: [`Self::plane_rows`] query rows each.
     pub fn num_planes(&self) -> u32 {
         self.units() / self.plane_size
     }
@@ -127,14 +137,20 @@ impl MatrixConfig {
         self.block_kv + pad / F32_BYTES as u32
     }
 
-    /// Groups of rows in a plane's 16 whose column walks are staggered (`staggered`): 2 (rows
-    /// 8-15 one step later), or 4 with `wide_scores` (rows 4g..4g+3 g steps later); 1 without.
+    /// Groups of rows in a plane whose column walks are staggered (`staggered`): groups of 8
+    /// rows (group g walks g steps later), or of 4 with `wide_scores`, so 2 or 4 groups in a
+    /// plane of 16 rows and 4 or 8 in one of 32; 1 without.
     pub fn stagger_groups(&self) -> u32 {
         match (self.staggered, self.wide_scores) {
             (false, _) => 1,
-            (true, false) => 2,
-            (true, true) => 4,
+            (true, false) => 2 * self.row_tiles,
+            (true, true) => 4 * self.row_tiles,
         }
+    }
+
+    /// Rows per staggered group ([`Self::stagger_groups`]): 8, or 4 with `wide_scores`.
+    pub fn stagger_rows(&self) -> u32 {
+        self.plane_rows() / self.stagger_groups()
     }
 
     /// Row stride of the P tile (dtype elements), padded.

@@ -4,7 +4,7 @@
 //! registers instead: see [`super::mma`].)
 use cubecl::prelude::*;
 
-use crate::config::{MATRIX_TILE, SplitsRows};
+use crate::config::SplitsRows;
 use crate::primitives::block_range::{kv_block_range, query_block_heaviest_first};
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::dropout::dropout_factor;
@@ -131,10 +131,12 @@ pub(crate) struct RowUnits {
     pub lanes: u32,
     /// Columns of the block each unit takes (see [`unit_column`]).
     pub cols_per_unit: u32,
-    /// Groups of rows among every 16 whose column walks are staggered: group g of
-    /// `16 / stagger_groups` rows starts g steps later ([`unit_column`]; 1: none; the matrix
-    /// path's [`crate::config::MatrixConfig::stagger_groups`]).
+    /// Groups of `stagger_rows` rows, cycling through the block's rows, whose column walks are
+    /// staggered: group g starts g steps later ([`unit_column`]; 1: none; the matrix path's
+    /// [`crate::config::MatrixConfig::stagger_groups`]).
     pub stagger_groups: u32,
+    /// Rows per staggered group (8, or 4 with the matrix forward's wide score rows).
+    pub stagger_rows: u32,
     /// The row's units reduce by plane shuffles, without shared memory or a sync (the matrix
     /// path's [`crate::config::MatrixConfig::plane_shuffles`]), not through `partials`.
     pub shuffles: bool,
@@ -144,7 +146,7 @@ impl RowUnits {
     /// `lanes` units of `cols_per_unit` columns each, unstaggered, reducing through shared
     /// memory.
     pub fn plain(lanes: u32, cols_per_unit: u32) -> Self {
-        Self { lanes, cols_per_unit, stagger_groups: 1, shuffles: false }
+        Self { lanes, cols_per_unit, stagger_groups: 1, stagger_rows: 1, shuffles: false }
     }
 }
 
@@ -180,16 +182,17 @@ pub(crate) fn block_alpha(
 
 /// The column of a block that this unit's `t`-th logit belongs to: `lane + t * lanes`, each unit
 /// of a row taking every `lanes`-th column. Staggered (`units.stagger_groups` > 1): group g of
-/// every 16 rows walks its columns g steps later (the last wrapping to the first), the same set
-/// in another order, so that where 16 rows of 2 units share a 32-bank access the rows whose
-/// padded starts fall on the same bank (`r` and `r + 8` with 16-byte padding; `r`, `r + 4`,
-/// `r + 8`, `r + 12` with S's 32-byte rows) read S and write P in different banks.
+/// every plane's rows (`units.stagger_rows` rows each) walks its columns g steps later (the last
+/// wrapping to the first), the same set in another order, so that where 16 rows of 2 units (or
+/// 32 rows of 1) share a 32-bank access the rows whose padded starts fall on the same bank (`r`
+/// and `r + 8` with 16-byte padding; `r`, `r + 4`, `r + 8`, ... with S's 32-byte rows) read S in
+/// different banks, and with 2 units a row write P in different banks too.
 #[cube]
 pub(crate) fn unit_column(role: UnitRole, t: u32, #[comptime] units: RowUnits) -> u32 {
     let lanes = units.lanes;
     if comptime!(units.stagger_groups > 1) {
         let groups = comptime!(units.stagger_groups);
-        let rows = comptime!(MATRIX_TILE / units.stagger_groups);
+        let rows = comptime!(units.stagger_rows);
         role.lane + ((t + (role.row / rows) % groups) % units.cols_per_unit) * lanes
     } else {
         role.lane + t * lanes

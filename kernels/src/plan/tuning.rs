@@ -66,6 +66,10 @@ pub struct Tuning {
     /// `None`: [`MATRIX_WIDE_SCORES`] for the forward, [`MATRIX_GRADIENT_WIDE_SCORES`] for the
     /// gradient kernels.
     pub matrix_wide_scores: Option<bool>,
+    /// Query rows per plane of the matrix forward, 16 or 32 (one or two cmma row tiles:
+    /// [`crate::config::MatrixConfig::row_tiles`]); `None`: [`MATRIX_PLANE_ROWS`]. 32 is taken
+    /// where the plane has at least 32 units (every GPU plane; the stand-in's 64), else 16.
+    pub matrix_plane_rows: Option<u32>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -160,6 +164,11 @@ impl Tuning {
         self
     }
 
+    pub fn with_matrix_plane_rows(mut self, rows: Option<u32>) -> Self {
+        self.matrix_plane_rows = rows;
+        self
+    }
+
     pub fn with_matrix_f32_tiles(mut self, f32_tiles: bool) -> Self {
         self.matrix_f32_tiles = f32_tiles;
         self
@@ -220,6 +229,13 @@ impl Tuning {
     pub fn validate(&self) -> Result<(), FlashError> {
         if let Some(blocks) = self.forward_mma {
             blocks.validate()?;
+        }
+        if let Some(rows) = self.matrix_plane_rows
+            && !MATRIX_PLANE_ROWS_TAKEN.contains(&rows)
+        {
+            return Err(FlashError::InvalidTuning(format!(
+                "matrix plane rows {rows}: one of {MATRIX_PLANE_ROWS_TAKEN:?}"
+            )));
         }
         if let Some(width) = self.backward_dq_width
             && !DQ_WIDTHS.contains(&width)
@@ -340,6 +356,16 @@ pub const MATRIX_WIDE_SCORES: bool = true;
 /// 4 % of all but not its time (10.43 -> 10.52 ms at (16,16,2048,64), 4 % more instructions,
 /// issue-bound at 12 % occupancy): the backward alone ran 0.99-1.02x as fast. Off.
 pub const MATRIX_GRADIENT_WIDE_SCORES: bool = false;
+
+/// Query rows per plane of the matrix forward ([`Tuning::matrix_plane_rows`]): 16 until 32 is
+/// measured on a GPU. With 32 a plane loads each K and V fragment once for two row tiles: per
+/// 16 columns of the head (S) or 16 keys (P V), 2 + n fragment loads instead of 2 + 2n for n
+/// output tiles a row, where the H200 profile (benches/RESULTS.md, 2026-12-07) put the largest
+/// share of the forward's shared-memory traffic in those loads.
+pub const MATRIX_PLANE_ROWS: u32 = 16;
+
+/// The values [`Tuning::matrix_plane_rows`] takes.
+pub const MATRIX_PLANE_ROWS_TAKEN: [u32; 2] = [16, 32];
 
 /// The most 32-bit registers per unit the matrix kernels spend on the block fetched ahead:
 /// (forward, gradient kernels). Offline (sm_90a, the `matrix_codegen` sources, 2026-12-06),

@@ -75,6 +75,26 @@ pub trait TileMma: Send + Sync + 'static {
         #[comptime] plane_size: u32,
     );
 
+    /// `accs[r count + n] += A_r B_n` for r < `rows`, n < `count`: a plane that keeps `rows`
+    /// rows of `count` output tiles loads its `rows` A tiles (A_r's at `a[r a_step]`) once and
+    /// each B tile once for all of them, where [`Self::execute_row`] per row of output tiles
+    /// would load every B tile `rows` times. Each accumulator sums in the same order either way.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_rows<F: Float>(
+        accs: &mut Sequence<Self::Acc>,
+        #[comptime] rows: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        #[comptime] a_step: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] plane_size: u32,
+    );
+
     /// Stores `acc` row-major into `out` from `out[0]`, `out_stride` per row.
     fn store(
         acc: &Self::Acc,
@@ -215,6 +235,44 @@ impl TileMma for Cmma {
         }
     }
 
+    fn execute_rows<F: Float>(
+        accs: &mut Sequence<cmma::Matrix<f32>>,
+        #[comptime] rows: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        #[comptime] a_step: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] _plane_size: u32,
+    ) {
+        let mut a_frags = Sequence::<cmma::Matrix<F>>::new();
+        #[unroll]
+        for r in 0..rows {
+            let a_at = (r * a_step) as usize;
+            a_frags.push(fragment::<F>(
+                cmma::MatrixIdent::A,
+                &a.slice(a_at, a.len()),
+                a_layout,
+                a_stride,
+            ));
+        }
+        #[unroll]
+        for n in 0..count {
+            let b_at = (n * b_step) as usize;
+            let b_frag =
+                fragment::<F>(cmma::MatrixIdent::B, &b.slice(b_at, b.len()), b_layout, b_stride);
+            #[unroll]
+            for r in 0..rows {
+                let acc = accs.index_mut((r * count + n) as usize);
+                cmma::execute::<F, F, f32, f32>(a_frags.index(r as usize), &b_frag, acc, acc);
+            }
+        }
+    }
+
     fn store(
         acc: &cmma::Matrix<f32>,
         out: &mut Slice<f32, ReadWrite>,
@@ -329,6 +387,39 @@ impl TileMma for StandIn {
                 b_stride,
                 plane_size,
             );
+        }
+    }
+
+    fn execute_rows<F: Float>(
+        accs: &mut Sequence<Array<f32>>,
+        #[comptime] rows: u32,
+        #[comptime] count: u32,
+        a: &Slice<F>,
+        #[comptime] a_layout: TileLayout,
+        #[comptime] a_stride: u32,
+        #[comptime] a_step: u32,
+        b: &Slice<F>,
+        #[comptime] b_layout: TileLayout,
+        #[comptime] b_stride: u32,
+        #[comptime] b_step: u32,
+        #[comptime] plane_size: u32,
+    ) {
+        // No fragments to share: tile by tile.
+        #[unroll]
+        for r in 0..rows {
+            #[unroll]
+            for n in 0..count {
+                Self::execute::<F>(
+                    accs.index_mut((r * count + n) as usize),
+                    &a.slice((r * a_step) as usize, a.len()),
+                    a_layout,
+                    a_stride,
+                    &b.slice((n * b_step) as usize, b.len()),
+                    b_layout,
+                    b_stride,
+                    plane_size,
+                );
+            }
         }
     }
 

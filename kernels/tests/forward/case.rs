@@ -28,6 +28,8 @@ pub(crate) struct Case {
     /// The matrix path on its scalar stand-in for the fragments, `Some(f32_tiles)`: runs on
     /// devices without cmma (lavapipe).
     pub(crate) stand_in: Option<bool>,
+    /// The matrix forward's query rows per plane, over the test run's (`Tuning::matrix_plane_rows`).
+    pub(crate) plane_rows: Option<u32>,
 }
 
 /// The shape, dtype, options and layout of the case.
@@ -45,6 +47,7 @@ pub(crate) fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usiz
         qk_amplitude: QK_AMPLITUDE,
         path: None,
         stand_in: None,
+        plane_rows: None,
     }
 }
 
@@ -121,11 +124,20 @@ impl Case {
             ..self
         }
     }
+    /// 32 query rows a plane on the matrix path (two row tiles: `Tuning::matrix_plane_rows`).
+    pub(crate) fn plane_rows_32(self) -> Self {
+        Case {
+            plane_rows: Some(32),
+            ..self
+        }
+    }
     /// The planner's tuning for the case: the test run's (`support::planning::tuning`), its
-    /// forced path over the run's, its stand-in.
+    /// forced path and plane rows over the run's, its stand-in.
     pub(crate) fn tuning(&self) -> Tuning {
         let run = planning::tuning();
-        let tuning = run.with_forward_path(self.path.or(run.forward_path));
+        let tuning = run
+            .with_forward_path(self.path.or(run.forward_path))
+            .with_matrix_plane_rows(self.plane_rows.or(run.matrix_plane_rows));
         match self.stand_in {
             Some(f32_tiles) => tuning.with_matrix_stand_in(true).with_matrix_f32_tiles(f32_tiles),
             None => tuning,

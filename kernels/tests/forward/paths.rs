@@ -34,6 +34,14 @@ forward_cases! {
     f16_matrix_stand_in_f32_tiles_large_logits_causal_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).scale(2.0).causal().mask();
     // With dropout the maxima move eagerly (P times 1 / (1 - p) must stay in f16's range).
     f32_matrix_stand_in_dropout_large_logits_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false).scale(2.0).dropout(0.3, 11);
+    // 32 query rows a plane (two row tiles sharing each K and V fragment; on a 32-unit plane
+    // one unit a row, its stagger in four or eight groups), on cmma and on the stand-in.
+    f16_matrix_rows32_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().plane_rows_32();
+    bf16_matrix_rows32_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().plane_rows_32().causal();
+    f16_matrix_rows32_quiet_all_options_hd33_dv80_q203_kv113: case(F16, 33, 203, 113).val_dim(80).matrix().plane_rows_32().quiet().softcap(2.0).masked_rows().bias().causal();
+    bf16_matrix_rows32_large_logits_strided_hd64_q113_kv203: case(BF16, 64, 113, 203).heads(2, 2).matrix().plane_rows_32().scale(2.0).strided();
+    f32_matrix_stand_in_rows32_all_options_hd33_dv80_q77_kv90: case(F32, 33, 77, 90).val_dim(80).matrix_stand_in(false).plane_rows_32().softcap(2.0).mask().bias().causal();
+    f16_matrix_stand_in_f32_tiles_rows32_large_logits_quiet_masked_rows_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).plane_rows_32().scale(2.0).quiet().masked_rows().causal();
     // The mma path, forced (skips where the device has no register mma for the dtype).
     f16_mma_hd64_q113_kv203: case(F16, 64, 113, 203).mma();
     bf16_mma_hd128_q1024_kv1024: case(BF16, 128, 1024, 1024).mma();

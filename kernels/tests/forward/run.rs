@@ -5,7 +5,7 @@ use burn_flash_attn_kernels::forward::{ForwardTensors, flash_attention_forward};
 use burn_flash_attn_kernels::plan::{DeviceCaps, Layout};
 use burn_flash_attn_kernels::reference::{self, Inputs, Precision};
 use burn_flash_attn_kernels::plan::Tuning;
-use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardPath};
+use burn_flash_attn_kernels::{AttentionProblem, FlashError, ForwardConfig, ForwardPath};
 
 use crate::case::{Case, MASKED_FRACTION, V_AMPLITUDE};
 use crate::support::planning::forward_plan_tuned;
@@ -104,6 +104,10 @@ pub(crate) fn run(name: &str, case: Case) {
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): planning refused: {e}"));
     if let Some(path) = tuning.forward_path {
         assert_eq!(plan.config.path(), path, "{name}: planned {plan}");
+    }
+    // A case that asks for a plane's rows runs with them (every plane it meets is wide enough).
+    if let (Some(rows), ForwardConfig::Matrix(config)) = (case.plane_rows, &plan.config) {
+        assert_eq!(config.plane_rows(), rows, "{name}: planned {plan}");
     }
     flash_attention_forward(&client, p, &plan, tensors)
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): launch refused: {e}"));

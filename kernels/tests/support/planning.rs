@@ -37,7 +37,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_MATRIX_PLANE_SOFTMAX=false` keeping the matrix kernels' softmax in shared memory
 /// where the device has plane operations (in each plane by default), with
 /// `BURN_FLASH_MATRIX_WIDE_SCORES=true` padding the matrix forward's S rows by 32 bytes, its rows
-/// staggered in four groups (off by default); the
+/// staggered in four groups (off by default), with `BURN_FLASH_MATRIX_PLANE_ROWS=32` 32 query
+/// rows a plane in the matrix forward (16 by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -56,6 +57,7 @@ pub fn tuning() -> Tuning {
     let staggered = parsed_env("BURN_FLASH_MATRIX_STAGGERED");
     let plane_softmax = parsed_env("BURN_FLASH_MATRIX_PLANE_SOFTMAX");
     let wide_scores = parsed_env("BURN_FLASH_MATRIX_WIDE_SCORES");
+    let plane_rows = parsed_env("BURN_FLASH_MATRIX_PLANE_ROWS");
     let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
     let dq = parsed_env("BURN_FLASH_DQ");
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
@@ -82,6 +84,7 @@ pub fn tuning() -> Tuning {
         .with_matrix_staggered(staggered)
         .with_matrix_plane_softmax(plane_softmax)
         .with_matrix_wide_scores(wide_scores)
+        .with_matrix_plane_rows(plane_rows)
         .with_forward_path(forward_path)
 }
 

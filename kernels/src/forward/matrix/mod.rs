@@ -2,9 +2,10 @@
 //! ([`TileMma`]: the device's `cmma` fragments, or the scalar stand-in on devices without
 //! them), the online softmax through shared memory.
 //!
-//! One cube per (query block, batch * head), `block_q / 16` planes; plane `p` owns query rows
-//! `[16p, 16p + 16)` of the block and keeps their O in its accumulator fragments across the
-//! key/value loop. Per key/value block: each plane computes its 16 rows of S into shared memory
+//! One cube per (query block, batch * head), `block_q / plane_rows` planes; plane `p` owns
+//! query rows `[p R, p R + R)` of the block (R = `plane_rows`: 16, or 32 with two row tiles a
+//! plane) and keeps their O in its accumulator fragments across the key/value loop. Per
+//! key/value block: each plane computes its R rows of S into shared memory
 //! (f32), the units of each row turn them into logits and P (stored in the tiles' type, as FA-2
 //! does), and each plane adds its rows of `P V` to its O fragments. Both products run a row of
 //! output tiles per step of their shared dimension ([`TileMma::execute_row`]), so each Q and P
@@ -28,7 +29,7 @@
 //! syncs a block. Control flow is uniform across the cube, with `plane_sync` across each plane.
 use cubecl::prelude::*;
 
-use crate::config::{MATRIX_TILE, MatrixConfig};
+use crate::config::MatrixConfig;
 use crate::primitives::block_stream::BlockSpan;
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::row_reduce::sync_units;
@@ -144,8 +145,8 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         let (score_stride, prob_stride) = comptime!((config.score_stride(), config.prob_stride()));
         let bkv = config.block_kv;
         let kv_start = kv_block * bkv;
-        // First row of this plane's 16 query rows.
-        let plane_row = UNIT_POS_Y * MATRIX_TILE;
+        // First row of this plane's query rows.
+        let plane_row = UNIT_POS_Y * config.plane_rows();
 
         // K and V of this block into shared memory (with `prefetch`, from registers that were
         // loaded while the previous block computed), then the next block's loads issued, to be
@@ -275,7 +276,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         #[comptime] config: MatrixConfig,
     ) {
         let lanes = comptime!(config.units_per_row());
-        tiles::stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * MATRIX_TILE, false, config);
+        tiles::stage_o::<F, T, Mm, N>(tiles, UNIT_POS_Y * config.plane_rows(), false, config);
         let at = (role.row * config.out_stride() + role.lane) as usize;
         #[unroll]
         for c in 0..config.out_cols_per_unit() {
@@ -290,6 +291,7 @@ fn row_units(config: &MatrixConfig) -> RowUnits {
         lanes: config.units_per_row(),
         cols_per_unit: config.kv_cols_per_unit(),
         stagger_groups: config.stagger_groups(),
+        stagger_rows: config.stagger_rows(),
         shuffles: config.plane_shuffles,
     }
 }

@@ -33,8 +33,9 @@ pub(crate) struct Tiles<F: Float, T: Float, Mm: TileMma, N: Size> {
     pub(super) partial_max: SharedMemory<f32>,
     /// One f32 per unit: partial row sums.
     pub(super) partial_sum: SharedMemory<f32>,
-    /// This plane's 16 rows of O, `val_dim_tile / 16` accumulator tiles, unnormalized (kept
-    /// against the rows' running maxima), across every key/value block.
+    /// This plane's rows of O, `row_tiles` rows of `val_dim_tile / 16` accumulator tiles
+    /// (tile (r, n) at `r val_dim_tile / 16 + n`), unnormalized (kept against the rows' running
+    /// maxima), across every key/value block.
     pub(super) o: Sequence<Mm::Acc>,
     /// K and V rows on their way to `k` and `v`: with `MatrixConfig::prefetch`, the next
     /// block's, in flight while this one computes.
@@ -79,7 +80,10 @@ pub(super) fn query_tiles<F: Float, T: Float, Mm: TileMma, N: Size>(
         ),
         partial_max: SharedMemory::new(comptime!(config.partials() as usize)),
         partial_sum: SharedMemory::new(comptime!(config.partials() as usize)),
-        o: zero_tiles::<Mm>(comptime!(config.val_dim_tile() / MATRIX_TILE), config.plane_size),
+        o: zero_tiles::<Mm>(
+            comptime!(config.row_tiles * config.val_dim_tile() / MATRIX_TILE),
+            config.plane_size,
+        ),
         kv: row_stream::<F, N>(q, comptime!(config.kv_stream())),
     };
     let tile = &mut tiles.q.to_slice_mut();
@@ -89,10 +93,11 @@ pub(super) fn query_tiles<F: Float, T: Float, Mm: TileMma, N: Size>(
     tiles
 }
 
-/// `S = Q K^T` for this plane's 16 rows (from `plane_row`), stored into its rows of `s` in
-/// f32: a row of `block_kv / 16` accumulator tiles, and per 16 columns of the head the plane's
-/// Q fragment loaded once for all of them. K is row-major `[block_kv, dk]`, i.e. K^T
-/// column-major: tile (kk, n) at `n 16 dk_stride + 16 kk`.
+/// `S = Q K^T` for this plane's rows (from `plane_row`), stored into its rows of `s` in f32:
+/// `row_tiles` rows of `block_kv / 16` accumulator tiles, and per 16 columns of the head the
+/// plane's Q fragments loaded once for all of them, each K fragment once for all its row tiles.
+/// K is row-major `[block_kv, dk]`, i.e. K^T column-major: tile (kk, n) at `n 16 dk_stride + 16
+/// kk`.
 #[cube]
 pub(super) fn plane_scores<F: Float, T: Float, Mm: TileMma, N: Size>(
     tiles: &mut Tiles<F, T, Mm, N>,
@@ -102,18 +107,20 @@ pub(super) fn plane_scores<F: Float, T: Float, Mm: TileMma, N: Size>(
     let dk = comptime!(config.head_dim_tile());
     let dk_stride = comptime!(config.head_stride());
     let score_stride = comptime!(config.score_stride());
-    let bkv = config.block_kv;
-    let mut s_acc = zero_tiles::<Mm>(comptime!(bkv / MATRIX_TILE), config.plane_size);
+    let (row_tiles, cols) = comptime!((config.row_tiles, config.block_kv / MATRIX_TILE));
+    let mut s_acc = zero_tiles::<Mm>(comptime!(row_tiles * cols), config.plane_size);
     // (The stand-in's loops stay loops: lavapipe's LLVM takes minutes over unrolled copies.)
     #[unroll(!config.stand_in)]
     for kk in 0..comptime!(dk / MATRIX_TILE) {
         let q_at = (plane_row * dk_stride + kk * MATRIX_TILE) as usize;
-        Mm::execute_row::<T>(
+        Mm::execute_rows::<T>(
             &mut s_acc,
-            comptime!(bkv / MATRIX_TILE),
+            row_tiles,
+            cols,
             &tiles.q.slice(q_at, tiles.q.len()),
             TileLayout::RowMajor,
             dk_stride,
+            comptime!(MATRIX_TILE * dk_stride),
             &tiles.k.slice((kk * MATRIX_TILE) as usize, tiles.k.len()),
             TileLayout::ColMajor,
             dk_stride,
@@ -122,14 +129,18 @@ pub(super) fn plane_scores<F: Float, T: Float, Mm: TileMma, N: Size>(
         );
     }
     #[unroll]
-    for n in 0..comptime!(bkv / MATRIX_TILE) {
-        let len = tiles.s.len();
-        Mm::store(
-            s_acc.index(n as usize),
-            &mut tiles.s.slice_mut((plane_row * score_stride + n * MATRIX_TILE) as usize, len),
-            score_stride,
-            config.plane_size,
-        );
+    for r in 0..row_tiles {
+        #[unroll]
+        for n in 0..cols {
+            let len = tiles.s.len();
+            let at = (plane_row + r * MATRIX_TILE) * score_stride + n * MATRIX_TILE;
+            Mm::store(
+                s_acc.index((r * cols + n) as usize),
+                &mut tiles.s.slice_mut(at as usize, len),
+                score_stride,
+                config.plane_size,
+            );
+        }
     }
 }
 
@@ -154,21 +165,25 @@ pub(super) fn rescale_o<F: Float, T: Float, Mm: TileMma, N: Size>(
         tiles.o_stage[e] = tiles.o_stage[e] * alpha;
     }
     sync_units(config.plane_sync);
+    let cols = comptime!(config.val_dim_tile() / MATRIX_TILE);
     #[unroll]
-    for n in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
-        let from = (plane_row * out_stride + n * MATRIX_TILE) as usize;
-        let len = tiles.o_stage.len();
-        Mm::load(
-            tiles.o.index_mut(n as usize),
-            &tiles.o_stage.slice(from, len),
-            out_stride,
-            config.plane_size,
-        );
+    for r in 0..config.row_tiles {
+        #[unroll]
+        for n in 0..cols {
+            let from = ((plane_row + r * MATRIX_TILE) * out_stride + n * MATRIX_TILE) as usize;
+            let len = tiles.o_stage.len();
+            Mm::load(
+                tiles.o.index_mut((r * cols + n) as usize),
+                &tiles.o_stage.slice(from, len),
+                out_stride,
+                config.plane_size,
+            );
+        }
     }
 }
 
-/// `O += P V` for this plane's rows, in its fragments: per 16 keys, the plane's P fragment
-/// loaded once for all of O's tiles.
+/// `O += P V` for this plane's rows, in its fragments: per 16 keys, the plane's P fragments
+/// loaded once for all of O's tiles, each V fragment once for all its row tiles.
 #[cube]
 pub(super) fn accumulate_pv<F: Float, T: Float, Mm: TileMma, N: Size>(
     tiles: &mut Tiles<F, T, Mm, N>,
@@ -180,12 +195,14 @@ pub(super) fn accumulate_pv<F: Float, T: Float, Mm: TileMma, N: Size>(
     #[unroll(!config.stand_in)]
     for kk in 0..comptime!(config.block_kv / MATRIX_TILE) {
         let p_at = (plane_row * prob_stride + kk * MATRIX_TILE) as usize;
-        Mm::execute_row::<T>(
+        Mm::execute_rows::<T>(
             &mut tiles.o,
+            config.row_tiles,
             comptime!(dv / MATRIX_TILE),
             &tiles.p.slice(p_at, tiles.p.len()),
             TileLayout::RowMajor,
             prob_stride,
+            comptime!(MATRIX_TILE * prob_stride),
             &tiles.v.slice((kk * MATRIX_TILE * dv_stride) as usize, tiles.v.len()),
             TileLayout::RowMajor,
             dv_stride,
@@ -205,15 +222,20 @@ pub(super) fn stage_o<F: Float, T: Float, Mm: TileMma, N: Size>(
     #[comptime] config: MatrixConfig,
 ) {
     let out_stride = comptime!(config.out_stride());
+    let cols = comptime!(config.val_dim_tile() / MATRIX_TILE);
     #[unroll]
-    for n in 0..comptime!(config.val_dim_tile() / MATRIX_TILE) {
-        let len = tiles.o_stage.len();
-        Mm::store(
-            tiles.o.index(n as usize),
-            &mut tiles.o_stage.slice_mut((plane_row * out_stride + n * MATRIX_TILE) as usize, len),
-            out_stride,
-            config.plane_size,
-        );
+    for r in 0..config.row_tiles {
+        #[unroll]
+        for n in 0..cols {
+            let len = tiles.o_stage.len();
+            let at = (plane_row + r * MATRIX_TILE) * out_stride + n * MATRIX_TILE;
+            Mm::store(
+                tiles.o.index((r * cols + n) as usize),
+                &mut tiles.o_stage.slice_mut(at as usize, len),
+                out_stride,
+                config.plane_size,
+            );
+        }
     }
     sync_units(plane);
 }

@@ -4,16 +4,19 @@ use crate::error::FlashError;
 use crate::problem::{AttentionProblem, FloatKind};
 
 use super::super::device::DeviceCaps;
-use super::super::{MATRIX_PLANES, MATRIX_WIDE_SCORES, STAND_IN_PLANE_SIZE, Tuning};
+use super::super::{
+    MATRIX_PLANE_ROWS, MATRIX_PLANES, MATRIX_WIDE_SCORES, STAND_IN_PLANE_SIZE, Tuning,
+};
 use super::{precise_math, too_big};
 
-/// Query rows per plane on the matrix path: one cmma tile of rows.
-const MATRIX_ROWS_PER_PLANE: u32 = MATRIX_TILE;
 /// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 
-/// The matrix path's config: the most planes (16 query rows each), then the largest key/value
-/// block, padded rows first, whose tiles fit the device.
+/// The matrix path's config: the most query rows a cube (16 per plane of [`MATRIX_PLANES`]),
+/// then the largest key/value block, padded rows first, whose tiles fit the device. With 32
+/// rows a plane ([`Tuning::matrix_plane_rows`], where the plane has a unit per row) the same
+/// query blocks in half as many planes: the cube's shared memory, and so the cubes an SM holds,
+/// stay those of 16 rows a plane.
 pub(super) fn matrix_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
@@ -28,22 +31,29 @@ pub(super) fn matrix_config(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
         )));
     }
+    let plane_rows = tuning.matrix_plane_rows.unwrap_or(MATRIX_PLANE_ROWS);
+    let row_tiles = if plane_size >= plane_rows { plane_rows / MATRIX_TILE } else { 1 };
     let tiles = if f32_tiles { FloatKind::F32 } else { problem.dtype };
     // At each block size: S's rows padded wide (where asked), padded, then unpadded (fewer
     // bank conflicts first). The wider rows cost shared memory, so they count in the fit, and
     // never at the price of a block: where they do not fit, the narrow padding is next.
     let paddings = [(true, true), (true, false), (false, false)];
-    MATRIX_PLANES
+    // The query blocks of MATRIX_PLANES' 16-row planes that whole planes of `row_tiles` fill.
+    let block_qs = MATRIX_PLANES
         .into_iter()
-        .flat_map(|planes| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (planes, block_kv)))
-        .flat_map(|(planes, block_kv)| paddings.map(|(pad, wide)| (planes, block_kv, pad, wide)))
+        .filter(|planes| planes.is_multiple_of(row_tiles))
+        .map(|planes| planes * MATRIX_TILE);
+    block_qs
+        .flat_map(|block_q| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (block_q, block_kv)))
+        .flat_map(|(block_q, block_kv)| paddings.map(|(pad, wide)| (block_q, block_kv, pad, wide)))
         .filter(|&(_, _, _, wide)| wide_scores || !wide)
-        .map(|(planes, block_kv, padded, wide)| MatrixConfig {
-            block_q: planes * MATRIX_ROWS_PER_PLANE,
+        .map(|(block_q, block_kv, padded, wide)| MatrixConfig {
+            block_q,
             block_kv,
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
             plane_size,
+            row_tiles,
             elem_bytes: tiles.size() as u32,
             f32_tiles,
             stand_in,
