@@ -225,8 +225,8 @@ fn matrix_score_rows_widen_by_default_in_the_forward_and_where_asked() {
 
 /// `Tuning::matrix_plane_rows` = 32 gives each matrix-forward plane two row tiles (one unit a row
 /// on the H200's 32-unit planes, two on an MI300X's 64) in the same blocks as 16 rows a plane,
-/// the stagger in twice as many groups of the same rows; 16 by default; any other count is
-/// refused.
+/// the stagger in twice as many groups of the same rows, 16 rows where no 32-row block fits; 16 by
+/// default; any other count is refused.
 #[test]
 fn matrix_planes_take_32_rows_where_asked() {
     use burn_flash_attn_kernels::FlashError;
@@ -258,6 +258,22 @@ fn matrix_planes_take_32_rows_where_asked() {
         assert_eq!(rows32.stagger_groups(), 2 * rows16.stagger_groups(), "{runtime}");
         let limit = props.hardware.max_shared_memory_size;
         assert!(rows32.shared_memory_bytes() <= limit, "{runtime}: within {limit} bytes");
+        // Where no block of 32-row planes fits (f16 at head dim 256 in an MI300X's 64 KiB, with
+        // one 16-row plane), 32 asked gives the 16-row plan.
+        let planned_at = |asked, head_dim| {
+            let tuning = Tuning::default()
+                .with_forward_path(Some(ForwardPath::Matrix))
+                .with_matrix_plane_rows(asked);
+            let case = problem(FloatKind::F16, head_dim);
+            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
+            config
+        };
+        let one_plane = planned_at(Some(16), 256);
+        assert!(runtime != "hip" || one_plane.block_q == 16, "{runtime}: {one_plane:?}");
+        if one_plane.block_q == 16 {
+            assert_eq!(planned_at(Some(32), 256), one_plane, "{runtime}: head dim 256");
+        }
         let refused = planned(Some(24));
         assert!(matches!(refused, Err(FlashError::InvalidTuning(_))), "{runtime}: {refused:?}");
     }

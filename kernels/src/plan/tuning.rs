@@ -68,7 +68,8 @@ pub struct Tuning {
     pub matrix_wide_scores: Option<bool>,
     /// Query rows per plane of the matrix forward, 16 or 32 (one or two cmma row tiles:
     /// [`crate::config::MatrixConfig::row_tiles`]); `None`: [`MATRIX_PLANE_ROWS`]. 32 is taken
-    /// where the plane has at least 32 units (every GPU plane; the stand-in's 64), else 16.
+    /// where the plane has at least 32 units (every GPU plane; the stand-in's 64) and a block of
+    /// 32-row planes fits the device, else 16.
     pub matrix_plane_rows: Option<u32>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in

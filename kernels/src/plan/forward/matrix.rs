@@ -31,30 +31,38 @@ pub(super) fn matrix_config(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
         )));
     }
+    // Row tiles a plane, the asked first: 32 rows a plane only where the plane has a unit per
+    // row, and 16 where no block of 32-row planes fits.
     let plane_rows = tuning.matrix_plane_rows.unwrap_or(MATRIX_PLANE_ROWS);
-    let row_tiles = if plane_size >= plane_rows { plane_rows / MATRIX_TILE } else { 1 };
-    let tiles = if f32_tiles { FloatKind::F32 } else { problem.dtype };
+    let row_tiles: &[u32] = if plane_size >= plane_rows && plane_rows > MATRIX_TILE {
+        &[plane_rows / MATRIX_TILE, 1]
+    } else {
+        &[1]
+    };
+    let elem = if f32_tiles { FloatKind::F32 } else { problem.dtype };
     // At each block size: S's rows padded wide (where asked), padded, then unpadded (fewer
     // bank conflicts first). The wider rows cost shared memory, so they count in the fit, and
     // never at the price of a block: where they do not fit, the narrow padding is next.
     let paddings = [(true, true), (true, false), (false, false)];
     // The query blocks of MATRIX_PLANES' 16-row planes that whole planes of `row_tiles` fill.
-    let block_qs = MATRIX_PLANES
-        .into_iter()
-        .filter(|planes| planes.is_multiple_of(row_tiles))
-        .map(|planes| planes * MATRIX_TILE);
+    let block_qs = row_tiles.iter().flat_map(|&tiles| {
+        MATRIX_PLANES
+            .into_iter()
+            .filter(move |planes| planes.is_multiple_of(tiles))
+            .map(move |planes| (tiles, planes * MATRIX_TILE))
+    });
     block_qs
-        .flat_map(|block_q| MATRIX_BLOCK_KV.into_iter().map(move |block_kv| (block_q, block_kv)))
-        .flat_map(|(block_q, block_kv)| paddings.map(|(pad, wide)| (block_q, block_kv, pad, wide)))
-        .filter(|&(_, _, _, wide)| wide_scores || !wide)
-        .map(|(block_q, block_kv, padded, wide)| MatrixConfig {
+        .flat_map(|(tiles, block_q)| MATRIX_BLOCK_KV.map(|block_kv| (tiles, block_q, block_kv)))
+        .flat_map(|(tiles, block_q, block_kv)| paddings.map(|pad| (tiles, block_q, block_kv, pad)))
+        .filter(|&(_, _, _, (_, wide))| wide_scores || !wide)
+        .map(|(row_tiles, block_q, block_kv, (padded, wide))| MatrixConfig {
             block_q,
             block_kv,
             head_dim: problem.head_dim as u32,
             val_dim: problem.val_dim as u32,
             plane_size,
             row_tiles,
-            elem_bytes: tiles.size() as u32,
+            elem_bytes: elem.size() as u32,
             f32_tiles,
             stand_in,
             precise_math: precise_math(problem.dtype),
