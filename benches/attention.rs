@@ -31,14 +31,15 @@
 //! `--matrix-plane-softmax=true|false` for its softmax kept in each plane
 //! (`Tuning::matrix_plane_softmax`), `--matrix-wide-scores=true|false` for S's rows padded by
 //! 32 bytes (`Tuning::matrix_wide_scores`), `--matrix-plane-rows=16|32` for the matrix forward's
-//! query rows per plane (`Tuning::matrix_plane_rows`); `BURN_FLASH_MMA` /
+//! query rows per plane (`Tuning::matrix_plane_rows`), `--matrix-planes=1|2|4` for its planes per
+//! cube (`Tuning::matrix_forward_planes`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` /
 //! `BURN_FLASH_MMA_Q_REGISTERS` / `BURN_FLASH_MMA_EARLY_KV` / `BURN_FLASH_MMA_CHUNKED_OUTPUT` /
 //! `BURN_FLASH_MATRIX_VECTORS`
 //! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
 //! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` / `BURN_FLASH_MATRIX_WIDE_SCORES` /
-//! `BURN_FLASH_MATRIX_PLANE_ROWS` in the environment are
+//! `BURN_FLASH_MATRIX_PLANE_ROWS` / `BURN_FLASH_MATRIX_PLANES` in the environment are
 //! read as
 //! the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
@@ -349,7 +350,8 @@ fn main() {
             &args,
             "matrix-plane-rows",
             "BURN_FLASH_MATRIX_PLANE_ROWS",
-        ));
+        ))
+        .with_matrix_forward_planes(parsed_arg(&args, "matrix-planes", "BURN_FLASH_MATRIX_PLANES"));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }

@@ -224,9 +224,9 @@ fn matrix_score_rows_widen_by_default_in_the_forward_and_where_asked() {
 }
 
 /// `Tuning::matrix_plane_rows` = 32 gives each matrix-forward plane two row tiles (one unit a row
-/// on the H200's 32-unit planes, two on an MI300X's 64) in the same blocks as 16 rows a plane,
-/// the stagger in twice as many groups of the same rows, 16 rows where no 32-row block fits; 16 by
-/// default; any other count is refused.
+/// on the H200's 32-unit planes, two on an MI300X's 64), the stagger in twice as many groups of
+/// the same rows, 16 rows where no 32-row block fits; 16 by default; any other count is refused.
+/// `Tuning::matrix_forward_planes` = 2 with 32 rows gives the blocks of 4 planes of 16.
 #[test]
 fn matrix_planes_take_32_rows_where_asked() {
     use burn_flash_attn_kernels::FlashError;
@@ -235,25 +235,31 @@ fn matrix_planes_take_32_rows_where_asked() {
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     for (props, runtime, lanes) in [(&h200, planning::SIMULATED, 1), (&mi300x, "hip", 2)] {
         let caps = DeviceCaps::new(props, runtime);
-        let planned = |asked| {
+        let planned_with = |asked, planes| {
             let tuning = Tuning::default()
                 .with_forward_path(Some(ForwardPath::Matrix))
-                .with_matrix_plane_rows(asked);
+                .with_matrix_plane_rows(asked)
+                .with_matrix_forward_planes(planes);
             let case = problem(FloatKind::F16, 64);
             plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).map(|forward| {
                 let ForwardConfig::Matrix(config) = forward.config else { panic!() };
                 config
             })
         };
+        let planned = |asked| planned_with(asked, None);
         let (default, rows32) = (planned(None).expect("planned"), planned(Some(32)).expect("32"));
         assert_eq!(default.plane_rows(), plan::MATRIX_PLANE_ROWS, "{runtime}");
         assert_eq!((rows32.row_tiles, rows32.units_per_row()), (2, lanes), "{runtime}");
         assert_eq!(rows32.num_planes() * 32, rows32.block_q, "{runtime}");
         let rows16 = planned(Some(16)).expect("16");
-        // The same blocks in half as many planes.
+        assert_eq!(rows16.num_planes(), 4, "{runtime}: the most planes");
+        // Two planes of 32 rows: the blocks of four planes of 16.
+        let two_planes = planned_with(Some(32), Some(2)).expect("two planes of 32");
         let blocks = |c: &MatrixConfig| (c.block_q, c.block_kv, c.shared_memory_bytes());
-        assert_eq!(blocks(&rows32), blocks(&rows16), "{runtime}");
-        assert_eq!(rows32.num_planes() * 2, rows16.num_planes(), "{runtime}");
+        assert_eq!(blocks(&two_planes), blocks(&rows16), "{runtime}");
+        assert_eq!(two_planes.num_planes(), 2, "{runtime}");
+        let three = planned_with(Some(32), Some(3));
+        assert!(matches!(three, Err(FlashError::InvalidTuning(_))), "{runtime}: {three:?}");
         assert_eq!(rows32.stagger_rows(), rows16.stagger_rows(), "{runtime}: rows per group");
         assert_eq!(rows32.stagger_groups(), 2 * rows16.stagger_groups(), "{runtime}");
         let limit = props.hardware.max_shared_memory_size;

@@ -314,9 +314,9 @@ for s in "$@"; do
       # plane (Tuning::matrix_plane_softmax); wide_scores, the f32 score rows padded by 32
       # bytes (the forward's S, its rows staggered in four groups; the gradient kernels' S and
       # dP, a strip's rows paired two apart: Tuning::matrix_wide_scores); plane_rows, the
-      # forward's 32 query rows a plane against 16 (Tuning::matrix_plane_rows, forward only).
-      # At AB_SHAPES (default: the six of issue 15's bar): $OUT/$s.csv (impl
-      # flash-matrix-$s-true, -false; -32, -16).
+      # forward's 32 query rows a plane against 16 (Tuning::matrix_plane_rows, forward only),
+      # then 32 in two planes a cube (-32x2). At AB_SHAPES (default: the six of issue 15's
+      # bar): $OUT/$s.csv (impl flash-matrix-$s-true, -false; -32, -16, -32x2).
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
       values=(true false)
@@ -328,6 +328,12 @@ for s in "$@"; do
           2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-$on,/" > "$OUT/$s-$on.csv"
         echo "== matrix, $var=$on: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
       done
+      if [ "$s" = plane_rows ]; then
+        env BURN_FLASH_FWD_PATH=matrix "$var=32" BURN_FLASH_MATRIX_PLANES=2 \
+          timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${args[@]}" \
+          2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-32x2,/" | grep -v '^impl' \
+          >> "$OUT/$s-16.csv"
+      fi
       { cat "$OUT/$s-${values[0]}.csv"; grep -v '^impl' "$OUT/$s-${values[1]}.csv"; } > "$OUT/$s.csv"
       grep -iE "warning|error" "$OUT/$s.err" | head -5
       cat "$OUT/$s.csv" ;;

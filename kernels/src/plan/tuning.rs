@@ -71,6 +71,9 @@ pub struct Tuning {
     /// where the plane has at least 32 units (every GPU plane; the stand-in's 64) and a block of
     /// 32-row planes fits the device, else 16.
     pub matrix_plane_rows: Option<u32>,
+    /// Planes per cube of the matrix forward (1, 2 or 4) instead of the most that fit; an error
+    /// where that many do not fit.
+    pub matrix_forward_planes: Option<u32>,
     /// Whether the mma kernels' products over the head dim (`S = Q K^T`, and the gradient
     /// kernels' `dP = dO V^T`) are written as loops over their k steps instead of unrolled in
     /// the source, where nothing in registers is indexed by the step (see
@@ -170,6 +173,11 @@ impl Tuning {
         self
     }
 
+    pub fn with_matrix_forward_planes(mut self, planes: Option<u32>) -> Self {
+        self.matrix_forward_planes = planes;
+        self
+    }
+
     pub fn with_matrix_f32_tiles(mut self, f32_tiles: bool) -> Self {
         self.matrix_f32_tiles = f32_tiles;
         self
@@ -236,6 +244,14 @@ impl Tuning {
         {
             return Err(FlashError::InvalidTuning(format!(
                 "matrix plane rows {rows}: one of {MATRIX_PLANE_ROWS_TAKEN:?}"
+            )));
+        }
+        if let Some(planes) = self.matrix_forward_planes
+            && !super::MATRIX_PLANES.contains(&planes)
+        {
+            return Err(FlashError::InvalidTuning(format!(
+                "matrix forward planes {planes}: one of {:?}",
+                super::MATRIX_PLANES
             )));
         }
         if let Some(width) = self.backward_dq_width

@@ -38,7 +38,8 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// where the device has plane operations (in each plane by default), with
 /// `BURN_FLASH_MATRIX_WIDE_SCORES=true` padding the matrix forward's S rows by 32 bytes, its rows
 /// staggered in four groups (off by default), with `BURN_FLASH_MATRIX_PLANE_ROWS=32` 32 query
-/// rows a plane in the matrix forward (16 by default); the
+/// rows a plane in the matrix forward (16 by default), with `BURN_FLASH_MATRIX_PLANES=N` N planes a
+/// cube in the matrix forward (the most that fit by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -58,6 +59,7 @@ pub fn tuning() -> Tuning {
     let plane_softmax = parsed_env("BURN_FLASH_MATRIX_PLANE_SOFTMAX");
     let wide_scores = parsed_env("BURN_FLASH_MATRIX_WIDE_SCORES");
     let plane_rows = parsed_env("BURN_FLASH_MATRIX_PLANE_ROWS");
+    let planes = parsed_env("BURN_FLASH_MATRIX_PLANES");
     let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
     let dq = parsed_env("BURN_FLASH_DQ");
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
@@ -85,6 +87,7 @@ pub fn tuning() -> Tuning {
         .with_matrix_plane_softmax(plane_softmax)
         .with_matrix_wide_scores(wide_scores)
         .with_matrix_plane_rows(plane_rows)
+        .with_matrix_forward_planes(planes)
         .with_forward_path(forward_path)
 }
 

@@ -12,11 +12,11 @@ use super::{precise_math, too_big};
 /// Key/value block sizes tried on the matrix path, largest first (multiples of the tile).
 const MATRIX_BLOCK_KV: [u32; 3] = [64, 32, 16];
 
-/// The matrix path's config: the most query rows a cube (16 per plane of [`MATRIX_PLANES`]),
-/// then the largest key/value block, padded rows first, whose tiles fit the device. With 32
-/// rows a plane ([`Tuning::matrix_plane_rows`], where the plane has a unit per row) the same
-/// query blocks in half as many planes: the cube's shared memory, and so the cubes an SM holds,
-/// stay those of 16 rows a plane.
+/// The matrix path's config: the most planes ([`MATRIX_PLANES`], or the count
+/// [`Tuning::matrix_forward_planes`] asks for), then the largest key/value block, padded rows
+/// first, whose tiles fit the device. Planes of 16 query rows, or of 32 where
+/// [`Tuning::matrix_plane_rows`] asks and the plane has a unit per row (16 where no block of
+/// 32-row planes fits).
 pub(super) fn matrix_config(
     caps: &DeviceCaps,
     problem: &AttentionProblem,
@@ -44,12 +44,12 @@ pub(super) fn matrix_config(
     // bank conflicts first). The wider rows cost shared memory, so they count in the fit, and
     // never at the price of a block: where they do not fit, the narrow padding is next.
     let paddings = [(true, true), (true, false), (false, false)];
-    // The query blocks of MATRIX_PLANES' 16-row planes that whole planes of `row_tiles` fill.
+    let asked_planes = tuning.matrix_forward_planes;
     let block_qs = row_tiles.iter().flat_map(|&tiles| {
         MATRIX_PLANES
             .into_iter()
-            .filter(move |planes| planes.is_multiple_of(tiles))
-            .map(move |planes| (tiles, planes * MATRIX_TILE))
+            .filter(move |&planes| asked_planes.is_none_or(|asked| asked == planes))
+            .map(move |planes| (tiles, planes * tiles * MATRIX_TILE))
     });
     block_qs
         .flat_map(|(tiles, block_q)| MATRIX_BLOCK_KV.map(|block_kv| (tiles, block_q, block_kv)))
