@@ -374,11 +374,13 @@ pub const MATRIX_WIDE_SCORES: bool = true;
 /// issue-bound at 12 % occupancy): the backward alone ran 0.99-1.02x as fast. Off.
 pub const MATRIX_GRADIENT_WIDE_SCORES: bool = false;
 
-/// Query rows per plane of the matrix forward ([`Tuning::matrix_plane_rows`]): 16 until 32 is
-/// measured on a GPU. With 32 a plane loads each K and V fragment once for two row tiles: per
-/// 16 columns of the head (S) or 16 keys (P V), 2 + n fragment loads instead of 2 + 2n for n
-/// output tiles a row, where the H200 profile (benches/RESULTS.md, 2026-12-07) put the largest
-/// share of the forward's shared-memory traffic in those loads.
+/// Query rows per plane of the matrix forward ([`Tuning::matrix_plane_rows`]): 16. With 32 a
+/// plane loads each K and V fragment once for two row tiles (2 + n fragment loads instead of
+/// 2 + 2n per step for n output tiles a row; offline sm_90a, bf16 head dim 64: 15.7 instead of
+/// 21.7 instructions per HMMA) but takes 255 registers instead of 128 and, in four planes of 32,
+/// 124 KiB of shared memory: on an H100 (bf16, benches/RESULTS.md 2026-12-07, fa3fb0b) the
+/// matrix forward ran 0.65-0.80x as fast at head dim 64, 0.96-1.05x at 128, 0.84-0.96x at 32
+/// (two planes of 32, which spill: 0.41-0.84x).
 pub const MATRIX_PLANE_ROWS: u32 = 16;
 
 /// The values [`Tuning::matrix_plane_rows`] takes.
