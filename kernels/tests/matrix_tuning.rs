@@ -235,17 +235,19 @@ fn matrix_planes_take_32_rows_where_asked() {
     let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
     for (props, runtime, lanes) in [(&h200, planning::SIMULATED, 1), (&mi300x, "hip", 2)] {
         let caps = DeviceCaps::new(props, runtime);
-        let planned_with = |asked, planes| {
+        // The f16 plan at `head_dim` for the plane rows and planes asked.
+        let planned_at = |asked, planes, head_dim| {
             let tuning = Tuning::default()
                 .with_forward_path(Some(ForwardPath::Matrix))
                 .with_matrix_plane_rows(asked)
                 .with_matrix_forward_planes(planes);
-            let case = problem(FloatKind::F16, 64);
+            let case = problem(FloatKind::F16, head_dim);
             plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning).map(|forward| {
                 let ForwardConfig::Matrix(config) = forward.config else { panic!() };
                 config
             })
         };
+        let planned_with = |asked, planes| planned_at(asked, planes, 64);
         let planned = |asked| planned_with(asked, None);
         let (default, rows32) = (planned(None).expect("planned"), planned(Some(32)).expect("32"));
         assert_eq!(default.plane_rows(), plan::MATRIX_PLANE_ROWS, "{runtime}");
@@ -266,19 +268,11 @@ fn matrix_planes_take_32_rows_where_asked() {
         assert!(rows32.shared_memory_bytes() <= limit, "{runtime}: within {limit} bytes");
         // Where no block of 32-row planes fits (f16 at head dim 256 in an MI300X's 64 KiB, with
         // one 16-row plane), 32 asked gives the 16-row plan.
-        let planned_at = |asked, head_dim| {
-            let tuning = Tuning::default()
-                .with_forward_path(Some(ForwardPath::Matrix))
-                .with_matrix_plane_rows(asked);
-            let case = problem(FloatKind::F16, head_dim);
-            let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
-            let ForwardConfig::Matrix(config) = forward.expect("planned").config else { panic!() };
-            config
-        };
-        let one_plane = planned_at(Some(16), 256);
+        let one_plane = planned_at(Some(16), None, 256).expect("head dim 256");
         assert!(runtime != "hip" || one_plane.block_q == 16, "{runtime}: {one_plane:?}");
         if one_plane.block_q == 16 {
-            assert_eq!(planned_at(Some(32), 256), one_plane, "{runtime}: head dim 256");
+            let asked_32 = planned_at(Some(32), None, 256).expect("head dim 256, 32 asked");
+            assert_eq!(asked_32, one_plane, "{runtime}: head dim 256");
         }
         let refused = planned(Some(24));
         assert!(matches!(refused, Err(FlashError::InvalidTuning(_))), "{runtime}: {refused:?}");

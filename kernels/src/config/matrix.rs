@@ -22,8 +22,8 @@ pub struct MatrixConfig {
     /// a row.
     pub plane_size: u32,
     /// Row tiles (16 query rows each) per plane, 1 or 2: with 2 a plane loads each K and V
-    /// fragment once for 32 rows instead of 16, half the fragment loads per product, and its
-    /// units each take half as many rows' columns more ([`crate::plan::Tuning::matrix_plane_rows`]).
+    /// fragment once for 32 rows instead of 16, and each row has half as many units, each
+    /// taking twice as many of its columns ([`crate::plan::Tuning::matrix_plane_rows`]).
     pub row_tiles: u32,
     /// Bytes per element of the Q, K, V and P tiles: the dtype's, or 4 with `f32_tiles`.
     pub elem_bytes: u32,

@@ -5,11 +5,12 @@
 //! One cube per (query block, batch * head), `block_q / plane_rows` planes; plane `p` owns
 //! query rows `[p R, p R + R)` of the block (R = `plane_rows`: 16, or 32 with two row tiles a
 //! plane) and keeps their O in its accumulator fragments across the key/value loop. Per
-//! key/value block: each plane computes its R rows of S into shared memory
-//! (f32), the units of each row turn them into logits and P (stored in the tiles' type, as FA-2
-//! does), and each plane adds its rows of `P V` to its O fragments. Both products run a row of
-//! output tiles per step of their shared dimension ([`TileMma::execute_row`]), so each Q and P
-//! fragment is read from shared memory once per block, not once per output tile. The running
+//! key/value block: each plane computes its R rows of S into shared memory (f32), the units of
+//! each row turn them into logits and P (stored in the tiles' type, as FA-2 does), and each
+//! plane adds its rows of `P V` to its O fragments. Both products run the plane's rows of output
+//! tiles per step of their shared dimension ([`TileMma::execute_rows`]), so each Q and P
+//! fragment is read from shared memory once per block, not once per output tile, and each K
+//! and V fragment once for all the plane's row tiles. The running
 //! maxima move lazily (FA-4's rescaling): only when a row's maximum grows by more than 2^8 in the
 //! exponentials do the planes pass O through shared memory to scale it row by row.
 //! ```text
