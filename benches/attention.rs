@@ -22,7 +22,8 @@
 //! Q fragments in registers or re-read from shared memory (`Tuning::forward_q_registers`),
 //! `--early-kv=true|false` for its first key/value block started before the query block
 //! (`Tuning::forward_early_kv`), `--chunked-output=true|false` for its O written through shared
-//! memory in 16-byte chunks (`Tuning::forward_chunked_output`),
+//! memory in 16-byte chunks (`Tuning::forward_chunked_output`), `--bwd-chunked-output=true|false`
+//! for the mma dK/dV kernel's dK and dV likewise (`Tuning::backward_chunked_output`),
 //! `--matrix-vectors=true|false` for the matrix
 //! kernels' inputs read in 16-byte vectors (`Tuning::matrix_vector_loads`),
 //! `--matrix-prefetch=true|false` for their streamed blocks fetched one block ahead
@@ -36,6 +37,7 @@
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` /
 //! `BURN_FLASH_MMA_Q_REGISTERS` / `BURN_FLASH_MMA_EARLY_KV` / `BURN_FLASH_MMA_CHUNKED_OUTPUT` /
+//! `BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT` /
 //! `BURN_FLASH_MATRIX_VECTORS`
 //! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
 //! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` / `BURN_FLASH_MATRIX_WIDE_SCORES` /
@@ -328,6 +330,11 @@ fn main() {
             &args,
             "chunked-output",
             "BURN_FLASH_MMA_CHUNKED_OUTPUT",
+        ))
+        .with_backward_chunked_output(parsed_arg(
+            &args,
+            "bwd-chunked-output",
+            "BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT",
         ))
         .with_matrix_vector_loads(parsed_arg(&args, "matrix-vectors", "BURN_FLASH_MATRIX_VECTORS"))
         .with_matrix_prefetch(parsed_arg(&args, "matrix-prefetch", "BURN_FLASH_MATRIX_PREFETCH"))

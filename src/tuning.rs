@@ -36,6 +36,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     forward_q_registers: None,
     forward_early_kv: None,
     forward_chunked_output: None,
+    backward_chunked_output: None,
 });
 
 /// Sets the tuning every later plan is made with. An override the kernels cannot take makes

@@ -353,3 +353,50 @@ fn cubecl_codegen_time_of_the_bench_configs() {
         }
     }
 }
+
+/// `Tuning::backward_chunked_output` plans the dK/dV kernel (two-kernel and one pass) to write
+/// dK and dV through its K and V tiles in 16-byte chunks, never dQ's kernel; off by default. The
+/// chunked kernel expands and keeps the shared memory the planner counts (it reuses the tiles),
+/// val_dim 24 included (lanes that do not share a row's chunks evenly).
+#[test]
+fn dkdv_writes_dk_and_dv_in_chunks_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    let cases =
+        [problem(FloatKind::BF16, 64, 64, 203, 203), problem(FloatKind::BF16, 40, 24, 77, 90)];
+    let asked = [(None, plan::BACKWARD_CHUNKED_OUTPUT), (Some(true), true), (Some(false), false)];
+    for case in cases {
+        for (asked, expected) in asked {
+            let tuning = planning::tuning().with_backward_chunked_output(asked);
+            let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+            let backward = backward.expect("planned");
+            let configs = (backward.dkdv.config, backward.dq.config);
+            let (GradientConfig::Mma(dkdv), GradientConfig::Mma(dq)) = configs else {
+                panic!("{case:?}: not the mma path");
+            };
+            assert_eq!(dkdv.chunked_output, expected, "{case:?} {asked:?}");
+            assert!(!dq.chunked_output, "{case:?} {asked:?}: dQ's kernel");
+        }
+        let tuning = planning::tuning().with_backward_chunked_output(Some(true));
+        let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
+        let GradientConfig::Mma(planned) = backward.expect("planned").dkdv.config else { panic!() };
+        for atomic_dq in [false, true] {
+            let config = MmaGradientConfig { atomic_dq, dq_width: 1, ..planned };
+            let settings = || settings(CubeDim::new_2d(32, config.planes()));
+            let (chunked, shared) = dkdv_source::<half::bf16>(&client, settings(), config);
+            let without = MmaGradientConfig { chunked_output: false, ..config };
+            let (elementwise, _) = dkdv_source::<half::bf16>(&client, settings(), without);
+            assert_ne!(chunked, elementwise, "{case:?}");
+            let what = format!("{case:?} chunked dK/dV, atomic dQ {atomic_dq}");
+            assert!(!chunked.contains("#error"), "{what}: #error in the source");
+            // The mbarrier's 8 bytes may land in alignment padding: the estimate reserves 16.
+            let estimate = config.shared_memory_bytes();
+            let slack = if config.async_inner { 8 } else { 0 };
+            let within = shared <= estimate && estimate - shared <= slack;
+            assert!(within, "{what}: {shared} bytes, estimate {estimate}");
+            let (dtype, head_dim) = (case.dtype, case.head_dim);
+            dump(&format!("mma_bwd_chunked_{dtype:?}_hd{head_dim}_atomic{atomic_dq}.cu"), &chunked);
+        }
+    }
+}

@@ -8,13 +8,13 @@
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
 #         | ncu-forward | prefetch
-#         | staggered | plane_softmax | wide_scores | plane_rows | chunked
+#         | staggered | plane_softmax | wide_scores | plane_rows | bwd_chunked
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # staged / staged-compile: the same two for the mma kernels streaming through registers
 # instead of cp.async (Tuning::async_copy; $OUT/staged.csv, $OUT/kprofile-{staged,async}.csv).
-# chunked: the mma forward's O written in 16-byte chunks beside element-wise, forward only.
+# bwd_chunked: the mma dK/dV kernel's dK and dV written in 16-byte chunks beside element-wise.
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
@@ -26,7 +26,8 @@
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
-# forward-matrix-rows32, matrix-backward, matrix-forward, wave64, conformance, nn, or any other test
+# forward-matrix-rows32, backward-chunked, backward-atomic-chunked, matrix-backward,
+# matrix-forward, wave64, conformance, nn, or any other test
 # binary by name.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
@@ -163,6 +164,12 @@ for s in "$@"; do
           forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          # The backward suite (BWD_FILTER picks tests) with the mma dK/dV kernel's dK and dV in
+          # 16-byte chunks (Tuning::backward_chunked_output), two kernels and the one pass.
+          backward-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true "$BIN/backward"
+            ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
+          backward-atomic-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true
+            BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           # The whole forward suite on the matrix forward (as forward-matrix) with 32 query rows
           # a plane (Tuning::matrix_plane_rows).
           forward-matrix-rows32) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_PLANE_ROWS=32 "$BIN/forward" --test-threads=${THREADS:-4}) ;;
@@ -268,11 +275,11 @@ for s in "$@"; do
       # Tuning::async_copy: the mma kernels streaming through registers (no cp.async: a first
       # compile without libcu++'s barrier headers), beside the default: $OUT/staged.csv.
       speed_beside staged BURN_FLASH_ASYNC=false ;;
-    chunked)
-      # Tuning::forward_chunked_output: the mma forward writing O through shared memory in
-      # 16-byte chunks beside its element-wise stores, the forward only at the eight shapes, in
-      # two process pairs: $OUT/chunked.csv (impl flash-chunked, then flash).
-      PAIRS=2 speed_beside chunked BURN_FLASH_MMA_CHUNKED_OUTPUT=true --fwd-only ;;
+    bwd_chunked)
+      # Tuning::backward_chunked_output: the mma dK/dV kernel writing dK and dV through shared
+      # memory in 16-byte chunks beside its element-wise stores, at the eight shapes, in two
+      # process pairs: $OUT/bwd_chunked.csv (impl flash-bwd_chunked, then flash).
+      PAIRS=2 speed_beside bwd_chunked BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true ;;
     rolled-compile)
       # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default
       # PROFILE_SHAPES head dims 64 and 128 at 2048 keys: $OUT/kprofile-{rolled,unrolled}.csv.

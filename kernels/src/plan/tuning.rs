@@ -97,6 +97,10 @@ pub struct Tuning {
     /// Whether the mma forward writes O through shared memory in 16-byte chunks
     /// ([`crate::config::MmaConfig::chunked_output`]); `None`: [`FORWARD_CHUNKED_OUTPUT`].
     pub forward_chunked_output: Option<bool>,
+    /// Whether the mma dK/dV kernel writes dK and dV through shared memory in 16-byte chunks
+    /// ([`crate::backward::config::MmaGradientConfig::chunked_output`]); `None`:
+    /// [`BACKWARD_CHUNKED_OUTPUT`].
+    pub backward_chunked_output: Option<bool>,
 }
 
 impl Tuning {
@@ -208,6 +212,16 @@ impl Tuning {
         self
     }
 
+    pub fn with_backward_chunked_output(mut self, chunked: Option<bool>) -> Self {
+        self.backward_chunked_output = chunked;
+        self
+    }
+
+    /// [`Tuning::backward_chunked_output`], or the default.
+    pub fn backward_chunked_output(&self) -> bool {
+        self.backward_chunked_output.unwrap_or(BACKWARD_CHUNKED_OUTPUT)
+    }
+
     /// [`Tuning::forward_chunked_output`], or the default.
     pub fn forward_chunked_output(&self) -> bool {
         self.forward_chunked_output.unwrap_or(FORWARD_CHUNKED_OUTPUT)
@@ -310,6 +324,13 @@ pub const FORWARD_EARLY_KV: bool = false;
 /// (the host-bound (6,12,512,32) within noise); the forward suite's 78 half-precision cases
 /// passed with it on the same card.
 pub const FORWARD_CHUNKED_OUTPUT: bool = true;
+
+/// The mma dK/dV kernel's default for [`Tuning::backward_chunked_output`]: off until measured on
+/// a GPU. The forward's element-wise stores of O took 13.8 % of its stall samples on an H100
+/// (above); the dK/dV kernel's dK and dV stores are the same kind, at the end of a longer loop.
+/// Offline (sm_90a, bf16, benches/RESULTS.md 2026-12-07) chunked, the two-kernel dK/dV kernel at
+/// head dim 64 takes 128 registers and a 20-byte spill in its loop instead of 161 and none.
+pub const BACKWARD_CHUNKED_OUTPUT: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
 /// ([`Tuning::matrix_vector_loads`]). On: on an H100 (bf16, cmma, benches/RESULTS.md,

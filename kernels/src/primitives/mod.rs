@@ -7,6 +7,7 @@
 //! - [`dot`]: f32 dot products of shared-memory rows.
 //! - [`mma`]: register-level 16x8x16 mma fragments, `ldmatrix` loads.
 //! - [`chunk_io`]: 16-byte-chunk rows between global memory, registers and padded tiles.
+//! - [`chunked_out`]: accumulator rows out through a plane's own tile rows in 16-byte chunks.
 //! - [`online_softmax`]: running max / sum with the `alpha` rescale.
 //! - [`block_stream`]: the one streaming loop of the mma kernels (prologue, steady state,
 //!   masked and unmasked passes).
@@ -22,6 +23,7 @@ pub mod arena;
 pub mod block_range;
 pub mod block_stream;
 pub mod chunk_io;
+pub mod chunked_out;
 pub mod dot;
 pub mod dropout;
 pub mod mma;

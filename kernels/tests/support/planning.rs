@@ -48,7 +48,9 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// `BURN_FLASH_MMA_Q_REGISTERS` (`true` / `false`, `Tuning::forward_q_registers`); its first
 /// key/value block started before the query block with `BURN_FLASH_MMA_EARLY_KV` (`true` /
 /// `false`, `Tuning::forward_early_kv`); its O written through shared memory with
-/// `BURN_FLASH_MMA_CHUNKED_OUTPUT` (`true` / `false`, `Tuning::forward_chunked_output`).
+/// `BURN_FLASH_MMA_CHUNKED_OUTPUT` (`true` / `false`, `Tuning::forward_chunked_output`); the mma
+/// dK/dV kernel's dK and dV likewise with `BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT`
+/// (`Tuning::backward_chunked_output`).
 pub fn tuning() -> Tuning {
     let path = parsed_env("BURN_FLASH_BWD_PATH");
     let stand_in = std::env::var("BURN_FLASH_MATRIX_STAND_IN").is_ok_and(|value| value == "1");
@@ -68,8 +70,10 @@ pub fn tuning() -> Tuning {
     let q_registers = parsed_env("BURN_FLASH_MMA_Q_REGISTERS");
     let early_kv = parsed_env("BURN_FLASH_MMA_EARLY_KV");
     let chunked_output = parsed_env("BURN_FLASH_MMA_CHUNKED_OUTPUT");
+    let bwd_chunked_output = parsed_env("BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT");
     Tuning::default()
         .with_forward_chunked_output(chunked_output)
+        .with_backward_chunked_output(bwd_chunked_output)
         .with_forward_early_kv(early_kv)
         .with_forward_q_registers(q_registers)
         .with_rolled_steps(rolled)

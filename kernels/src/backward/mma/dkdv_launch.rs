@@ -6,6 +6,7 @@ use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
 use crate::backward::dq_sink::{AtomicDq, AtomicDqPairs, AtomicDqQuads, DqSink, NoDq, no_accumulator};
 use crate::config::{MATRIX_TILE, MMA_CHUNK};
+use crate::plan::rows_in_vectors;
 use crate::primitives::mma::LANES;
 use crate::primitives::pair_stream::{AsyncCopy, PairStream, Staged};
 use crate::primitives::score::score_params;
@@ -82,6 +83,10 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream, D: DqSink>(
     config: MmaGradientConfig,
 ) {
     let kv_blocks = problem.seq_kv.div_ceil(config.block_kv as usize) as u32;
+    // dK and dV in 16-byte chunks only where their rows are contiguous whole chunks (tensors
+    // the library allocates; a caller's strided view gets the element-wise stores).
+    let chunked = rows_in_vectors(problem.dtype, MMA_CHUNK as usize, &[&dk, &dv]);
+    let config = MmaGradientConfig { chunked_output: config.chunked_output && chunked, ..config };
     let args = inputs.into_args(client);
     // SAFETY: shapes, strides and chunking were validated against the problem; global reads
     // are bounds-checked per row, writes against seq_kv and the dims (dq_acc: rows against

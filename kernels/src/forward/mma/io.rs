@@ -4,9 +4,9 @@
 use cubecl::prelude::*;
 
 use crate::config::MmaConfig;
-use crate::primitives::chunk_io::{CHUNK, CHUNK_PAIRS};
+use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_row};
 use crate::primitives::mma::{
-    ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_M, TILE_N, quad_sum, store_accumulator_row,
+    BOTTOM_ROW, Lane, Pair, TILE_M, TILE_N, quad_sum, store_accumulator_row,
 };
 use crate::primitives::online_softmax::OnlineSoftmax;
 use crate::primitives::score::ScoreParams;
@@ -135,9 +135,6 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
 ) {
     let val_tiles = comptime!(config.val_dim_tile() / TILE_N);
     let stride = comptime!(config.mma_head_stride());
-    let pair_stride = comptime!(stride * CHUNK_PAIRS);
-    let tile_pairs = comptime!(TILE_N / 2);
-    let mut pairs = q_tile.to_slice_mut().with_vector_size::<Const<2>>();
     #[unroll]
     for t in 0..comptime!(config.mma_row_tiles()) {
         #[unroll]
@@ -145,12 +142,17 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
             let softmax = finished_row(rows, params, comptime!(t * 2 + half), config);
             let factor = Pair::<f32>::new(normalizer(&softmax, config));
             let offset = t * TILE_M + half * BOTTOM_ROW;
-            let at = (plane_row + lane.group + offset) * pair_stride + lane.quad;
-            #[unroll]
-            for j in 0..val_tiles {
-                let acc = rows.acc[((t * val_tiles + j) * ACC_REGS + half) as usize];
-                pairs[(at + j * tile_pairs) as usize] = Pair::<F>::cast_from(acc * factor);
-            }
+            stage_accumulator_row::<F, N>(
+                q_tile,
+                &rows.acc,
+                plane_row + lane.group + offset,
+                lane,
+                factor,
+                comptime!(t * val_tiles),
+                half,
+                val_tiles,
+                stride,
+            );
             let row = first_row + offset;
             if row < params.seq_q && lane.quad == 0 {
                 // (lse's strides read in each row's branch: read once before, ptxas hoists
@@ -167,22 +169,18 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
     // A plane whose rows all lie past seq_q writes nothing.
     if plane_first_row < params.seq_q {
         // o's rows hold val_dim elements, a whole number of chunks (a need of the mma path).
-        let row_chunks = comptime!(config.val_dim / CHUNK);
-        let total = comptime!(config.plane_rows * row_chunks);
-        let base = (batch as usize * o.stride(0) + head as usize * o.stride(1)) / CHUNK as usize;
-        let row_stride = o.stride(2) / CHUNK as usize;
-        let mut chunks = o.to_slice_mut().into_vectorized().with_vector_size::<N>();
-        #[unroll]
-        for s in 0..comptime!(total.div_ceil(LANES)) {
-            let index = lane.id + s * LANES;
-            let (r, c) = (index / row_chunks, index % row_chunks);
-            let row = plane_first_row + r;
-            // (`index < total` holds in every lane where the lanes share the chunks evenly.)
-            let in_plane = comptime!(total.is_multiple_of(LANES)) || index < total;
-            if in_plane && row < params.seq_q {
-                chunks[base + row as usize * row_stride + c as usize] =
-                    q_tile[((plane_row + r) * stride + c) as usize];
-            }
-        }
+        let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
+        copy_plane_rows::<F, N>(
+            o,
+            q_tile,
+            base,
+            plane_first_row,
+            params.seq_q,
+            plane_row,
+            lane,
+            config.plane_rows,
+            config.val_dim,
+            stride,
+        );
     }
 }
