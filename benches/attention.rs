@@ -23,7 +23,7 @@
 //! `--early-kv=true|false` for its first key/value block started before the query block
 //! (`Tuning::forward_early_kv`), `--chunked-output=true|false` for its O written through shared
 //! memory in 16-byte chunks (`Tuning::forward_chunked_output`), `--bwd-chunked-output=true|false`
-//! for the mma dK/dV kernel's dK and dV likewise (`Tuning::backward_chunked_output`),
+//! for the mma gradient kernels' dK, dV and dQ likewise (`Tuning::backward_chunked_output`),
 //! `--matrix-vectors=true|false` for the matrix
 //! kernels' inputs read in 16-byte vectors (`Tuning::matrix_vector_loads`),
 //! `--matrix-prefetch=true|false` for their streamed blocks fetched one block ahead

@@ -354,10 +354,11 @@ fn cubecl_codegen_time_of_the_bench_configs() {
     }
 }
 
-/// `Tuning::backward_chunked_output` plans the dK/dV kernel (two-kernel and one pass) to write
-/// dK and dV through its K and V tiles in 16-byte chunks, never dQ's kernel; off by default. The
-/// chunked kernel expands and keeps the shared memory the planner counts (it reuses the tiles),
-/// val_dim 24 included (lanes that do not share a row's chunks evenly).
+/// `Tuning::backward_chunked_output` plans the mma gradient kernels to write their gradients in
+/// 16-byte chunks, dK and dV (two-kernel and one pass) through the K and V tiles, dQ through the
+/// Q tile; off by default. The chunked kernels expand and keep the shared memory the planner
+/// counts (they reuse the tiles), val_dim 24 included (lanes that do not share a row's chunks
+/// evenly).
 #[test]
 fn dkdv_writes_dk_and_dv_in_chunks_where_asked() {
     let client = support::client();
@@ -376,17 +377,26 @@ fn dkdv_writes_dk_and_dv_in_chunks_where_asked() {
                 panic!("{case:?}: not the mma path");
             };
             assert_eq!(dkdv.chunked_output, expected, "{case:?} {asked:?}");
-            assert!(!dq.chunked_output, "{case:?} {asked:?}: dQ's kernel");
+            assert_eq!(dq.chunked_output, expected, "{case:?} {asked:?}: dQ's kernel");
         }
         let tuning = planning::tuning().with_backward_chunked_output(Some(true));
         let backward = plan::backward::backward(&caps, &case, Layout::CHUNKED, &tuning);
-        let GradientConfig::Mma(planned) = backward.expect("planned").dkdv.config else { panic!() };
+        let backward = backward.expect("planned");
+        let (GradientConfig::Mma(planned), GradientConfig::Mma(dq)) =
+            (backward.dkdv.config, backward.dq.config)
+        else {
+            panic!()
+        };
+        let settings = |config: MmaGradientConfig| settings(CubeDim::new_2d(32, config.planes()));
+        let (chunked, _) = dq_source::<half::bf16>(&client, settings(dq), dq);
+        let without = MmaGradientConfig { chunked_output: false, ..dq };
+        assert_ne!(chunked, dq_source::<half::bf16>(&client, settings(without), without).0);
+        assert!(!chunked.contains("#error"), "{case:?} chunked dQ: #error in the source");
         for atomic_dq in [false, true] {
             let config = MmaGradientConfig { atomic_dq, dq_width: 1, ..planned };
-            let settings = || settings(CubeDim::new_2d(32, config.planes()));
-            let (chunked, shared) = dkdv_source::<half::bf16>(&client, settings(), config);
+            let (chunked, shared) = dkdv_source::<half::bf16>(&client, settings(config), config);
             let without = MmaGradientConfig { chunked_output: false, ..config };
-            let (elementwise, _) = dkdv_source::<half::bf16>(&client, settings(), without);
+            let (elementwise, _) = dkdv_source::<half::bf16>(&client, settings(without), without);
             assert_ne!(chunked, elementwise, "{case:?}");
             let what = format!("{case:?} chunked dK/dV, atomic dQ {atomic_dq}");
             assert!(!chunked.contains("#error"), "{what}: #error in the source");

@@ -14,7 +14,7 @@
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
 # staged / staged-compile: the same two for the mma kernels streaming through registers
 # instead of cp.async (Tuning::async_copy; $OUT/staged.csv, $OUT/kprofile-{staged,async}.csv).
-# bwd_chunked: the mma dK/dV kernel's dK and dV written in 16-byte chunks beside element-wise.
+# bwd_chunked: the mma gradient kernels' dK, dV, dQ written in 16-byte chunks beside element-wise.
 # h200: results/h200.csv in one step: ours at issue 15's eight shapes, then the PyTorch anchors
 # (the same eight by default), into $OUT/ours.csv, $OUT/torch.csv and $OUT/h200.csv (ours and
 # the SDPA flash / cuDNN rows, as benches/results/h200.csv keeps them).
@@ -164,8 +164,8 @@ for s in "$@"; do
           forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The backward suite (BWD_FILTER picks tests) with the mma dK/dV kernel's dK and dV in
-          # 16-byte chunks (Tuning::backward_chunked_output), two kernels and the one pass.
+          # The backward suite (BWD_FILTER picks tests) with the mma gradient kernels' dK, dV and
+          # dQ in 16-byte chunks (Tuning::backward_chunked_output), two kernels and the one pass.
           backward-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true "$BIN/backward"
             ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
           backward-atomic-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true
@@ -276,9 +276,9 @@ for s in "$@"; do
       # compile without libcu++'s barrier headers), beside the default: $OUT/staged.csv.
       speed_beside staged BURN_FLASH_ASYNC=false ;;
     bwd_chunked)
-      # Tuning::backward_chunked_output: the mma dK/dV kernel writing dK and dV through shared
-      # memory in 16-byte chunks beside its element-wise stores, at the eight shapes, in two
-      # process pairs: $OUT/bwd_chunked.csv (impl flash-bwd_chunked, then flash).
+      # Tuning::backward_chunked_output: the mma gradient kernels writing dK, dV and dQ
+      # through shared memory in 16-byte chunks beside their element-wise stores, at the eight
+      # shapes, in two process pairs: $OUT/bwd_chunked.csv (impl flash-bwd_chunked, then flash).
       PAIRS=2 speed_beside bwd_chunked BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true ;;
     rolled-compile)
       # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default

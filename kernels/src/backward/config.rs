@@ -308,10 +308,11 @@ pub struct MmaGradientConfig {
     /// The products over the head dim (`S = Q K^T`, `dP = dO V^T` and their transposes) as
     /// loops over their k steps in the generated source ([`crate::config::MmaConfig::rolled_steps`]).
     pub rolled_steps: bool,
-    /// dK/dV kernel only: dK and dV are written through each plane's own rows of the K and V
-    /// tiles and out in 16-byte chunks ([`crate::primitives::chunked_out`]) instead of element
-    /// by element from the accumulators ([`crate::plan::Tuning::backward_chunked_output`]). The
-    /// launcher turns it off where dk's or dv's rows are not contiguous whole chunks.
+    /// The kernel's gradients (dK and dV, or dQ) are written through each plane's own rows of
+    /// the K and V tiles (or the Q tile) and out in 16-byte chunks
+    /// ([`crate::primitives::chunked_out`]) instead of element by element from the accumulators
+    /// ([`crate::plan::Tuning::backward_chunked_output`]). The launchers turn it off where the
+    /// gradients' rows are not contiguous whole chunks.
     pub chunked_output: bool,
 }
 

@@ -348,7 +348,7 @@ fn mma_config(
         dq_width: 1,
         never_masked: never_masked(&score, problem.seq_kv, block_kv, Some((problem.seq_q, block_q))),
         rolled_steps: tuning.rolled_steps(),
-        chunked_output: kernel == BackwardKernel::KeyValue && tuning.backward_chunked_output(),
+        chunked_output: tuning.backward_chunked_output(),
     }
 }
 

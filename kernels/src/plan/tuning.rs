@@ -97,8 +97,8 @@ pub struct Tuning {
     /// Whether the mma forward writes O through shared memory in 16-byte chunks
     /// ([`crate::config::MmaConfig::chunked_output`]); `None`: [`FORWARD_CHUNKED_OUTPUT`].
     pub forward_chunked_output: Option<bool>,
-    /// Whether the mma dK/dV kernel writes dK and dV through shared memory in 16-byte chunks
-    /// ([`crate::backward::config::MmaGradientConfig::chunked_output`]); `None`:
+    /// Whether the mma gradient kernels write dK, dV and dQ through shared memory in 16-byte
+    /// chunks ([`crate::backward::config::MmaGradientConfig::chunked_output`]); `None`:
     /// [`BACKWARD_CHUNKED_OUTPUT`].
     pub backward_chunked_output: Option<bool>,
 }
@@ -325,9 +325,9 @@ pub const FORWARD_EARLY_KV: bool = false;
 /// passed with it on the same card.
 pub const FORWARD_CHUNKED_OUTPUT: bool = true;
 
-/// The mma dK/dV kernel's default for [`Tuning::backward_chunked_output`]: off until measured on
-/// a GPU. The forward's element-wise stores of O took 13.8 % of its stall samples on an H100
-/// (above); the dK/dV kernel's dK and dV stores are the same kind, at the end of a longer loop.
+/// The mma gradient kernels' default for [`Tuning::backward_chunked_output`]: off until measured
+/// on a GPU. The forward's element-wise stores of O took 13.8 % of its stall samples on an H100
+/// (above); the gradient kernels' stores of dK, dV and dQ are the same kind, after longer loops.
 /// Offline (sm_90a, bf16, benches/RESULTS.md 2026-12-07) chunked, the two-kernel dK/dV kernel at
 /// head dim 64 takes 128 registers and a 20-byte spill in its loop instead of 161 and none.
 pub const BACKWARD_CHUNKED_OUTPUT: bool = false;

@@ -49,7 +49,7 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// key/value block started before the query block with `BURN_FLASH_MMA_EARLY_KV` (`true` /
 /// `false`, `Tuning::forward_early_kv`); its O written through shared memory with
 /// `BURN_FLASH_MMA_CHUNKED_OUTPUT` (`true` / `false`, `Tuning::forward_chunked_output`); the mma
-/// dK/dV kernel's dK and dV likewise with `BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT`
+/// gradient kernels' dK, dV and dQ likewise with `BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT`
 /// (`Tuning::backward_chunked_output`).
 pub fn tuning() -> Tuning {
     let path = parsed_env("BURN_FLASH_BWD_PATH");

@@ -8,7 +8,9 @@ use crate::primitives::block_range::{
     kv_block_range_full_rows, query_block_heaviest_first, rows_kv_end,
 };
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
+use crate::plan::rows_in_vectors;
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
+use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_row};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -47,6 +49,9 @@ fn launch<R: Runtime, F: Float, M: Int, S: PairStream>(
     config: MmaGradientConfig,
 ) {
     let q_blocks = problem.seq_q.div_ceil(config.block_q as usize) as u32;
+    // dQ in 16-byte chunks only where its rows are contiguous whole chunks (as dK / dV's).
+    let chunked = rows_in_vectors(problem.dtype, MMA_CHUNK as usize, &[&dq]);
+    let config = MmaGradientConfig { chunked_output: config.chunked_output && chunked, ..config };
     let args = inputs.into_args(client);
     // SAFETY: as for dK/dV.
     unsafe {
@@ -167,18 +172,42 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let dq_acc = state.dq_acc;
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
-    // (causal with seq_q > seq_kv) write zeros.
-    write_rows::<F>(
-        dq,
-        &dq_acc,
-        batch,
-        head,
-        row,
-        lane,
-        params.seq_q,
-        params.scale,
-        config.head_dim,
-    );
+    // (causal with seq_q > seq_kv) write zeros. Chunked: through this plane's own rows of the
+    // Q tile, which no other plane reads, out in 16-byte chunks (`primitives::chunked_out`).
+    if comptime!(config.chunked_output) {
+        let stride = comptime!(config.mma_head_stride());
+        let factor = Pair::<f32>::new(params.scale);
+        #[unroll]
+        for half in 0..2u32 {
+            let tile_row = plane_row + lane.group + half * BOTTOM_ROW;
+            stage_accumulator_row::<F, N>(
+                &mut state.tiles.q, &dq_acc, tile_row, lane, factor, 0u32, half, head_tiles,
+                stride,
+            );
+        }
+        sync_plane();
+        let first_row = q_start + plane_row;
+        // A plane whose rows all lie past seq_q writes nothing.
+        if first_row < params.seq_q {
+            let base = batch as usize * dq.stride(0) + head as usize * dq.stride(1);
+            copy_plane_rows::<F, N>(
+                dq, &state.tiles.q, base, first_row, params.seq_q, plane_row, lane, MATRIX_TILE,
+                config.head_dim, stride,
+            );
+        }
+    } else {
+        write_rows::<F>(
+            dq,
+            &dq_acc,
+            batch,
+            head,
+            row,
+            lane,
+            params.seq_q,
+            params.scale,
+            config.head_dim,
+        );
+    }
 }
 
 /// The lse (as [`p_and_ds`] takes it) and delta of this lane's two query rows.
