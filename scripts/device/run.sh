@@ -327,21 +327,20 @@ for s in "$@"; do
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
       values=(true false)
-      if [ "$s" = plane_rows ]; then values=(32 16); args+=(--fwd-only); fi
+      if [ "$s" = plane_rows ]; then values=(32 16 32x2); args+=(--fwd-only); fi
       start=$SECONDS
       for on in "${values[@]}"; do
-        env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix "$var=$on" \
+        case $on in
+          32x2) setting=("$var=32" BURN_FLASH_MATRIX_PLANES=2) ;;
+          *) setting=("$var=$on") ;;
+        esac
+        env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix "${setting[@]}" \
           timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${args[@]}" \
           2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-$on,/" > "$OUT/$s-$on.csv"
-        echo "== matrix, $var=$on: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
+        echo "== matrix, ${setting[*]}: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
       done
-      if [ "$s" = plane_rows ]; then
-        env BURN_FLASH_FWD_PATH=matrix "$var=32" BURN_FLASH_MATRIX_PLANES=2 \
-          timeout "${STEP_TIMEOUT:-240}" "$BIN/attention" speed --flash-only "${args[@]}" \
-          2>> "$OUT/$s.err" | sed "s/^flash,/flash-matrix-$s-32x2,/" | grep -v '^impl' \
-          >> "$OUT/$s-16.csv"
-      fi
-      { cat "$OUT/$s-${values[0]}.csv"; grep -v '^impl' "$OUT/$s-${values[1]}.csv"; } > "$OUT/$s.csv"
+      { cat "$OUT/$s-${values[0]}.csv"
+        for on in "${values[@]:1}"; do grep -v '^impl' "$OUT/$s-$on.csv"; done; } > "$OUT/$s.csv"
       grep -iE "warning|error" "$OUT/$s.err" | head -5
       cat "$OUT/$s.csv" ;;
     ncu)

@@ -91,8 +91,8 @@ pub(crate) fn prefetch_registers(dtype: FloatKind, stream: RowStreamShape) -> u3
 /// Planes per cube the matrix kernels try, most first: 4 (one per SIMD of a CDNA3 CU, as
 /// [`backward::PLANES_PER_CUBE_AT_LEAST`]; the forward's block_q = 4 * 16 = 64, FA-2's choice
 /// for d <= 128), fewer where the tiles do not fit (e.g. f32 tiles at head dim 128 in an
-/// MI300X's 64 KiB). Each plane takes 16 rows: the forward's query rows, the gradient kernels'
-/// accumulated rows.
+/// MI300X's 64 KiB). Each plane takes 16 rows: the forward's query rows (32 with
+/// [`Tuning::matrix_plane_rows`]), the gradient kernels' accumulated rows.
 const MATRIX_PLANES: [u32; 3] = [4, 2, 1];
 /// Units per plane of the matrix kernels' scalar stand-in (any count works: it uses no plane
 /// operation).

@@ -11,7 +11,7 @@
 use cubecl::prelude::*;
 
 use super::chunk_io::{CHUNK, CHUNK_PAIRS};
-use super::mma::{ACC_REGS, LANES, Lane, Pair, TILE_N};
+use super::mma::{ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N};
 
 /// Stores this lane's pairs of one accumulator row (`half` 0: the lane's row `group`, 1:
 /// `group + 8`) of `tiles` accumulator tiles from `first_tile`, times `factor` and rounded to
@@ -40,17 +40,38 @@ pub fn stage_accumulator_row<F: Float, N: Size>(
     }
 }
 
+/// [`stage_accumulator_row`] of both of this lane's rows of one 16-row accumulator tile whose
+/// first row is tile row `tile_row`, `factor` the same for every row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn stage_accumulator_rows<F: Float, N: Size>(
+    tile: &mut SharedMemory<Vector<F, N>>,
+    acc: &Array<Pair<f32>>,
+    tile_row: u32,
+    lane: Lane,
+    factor: Pair<f32>,
+    #[comptime] tiles: u32,
+    #[comptime] stride: u32,
+) {
+    #[unroll]
+    for half in 0..2u32 {
+        let row = tile_row + lane.group + half * BOTTOM_ROW;
+        stage_accumulator_row::<F, N>(tile, acc, row, lane, factor, 0u32, half, tiles, stride);
+    }
+}
+
 /// Copies `rows` rows of `dim` elements (a whole number of chunks) from tile row `tile_row` of a
-/// plane's chunked tile (rows `stride` chunks apart) to rows `first_row..` of `out` (element
-/// `base + row stride(2) + col`, rows contiguous whole chunks: the launcher's check), rows at or
-/// past `rows_end` not written: lane `l` copies chunks `l, l + 32, ...` of the rows, a row's
-/// chunks from consecutive lanes. After the plane's stores of those rows and a plane sync.
+/// plane's chunked tile (rows `stride` chunks apart) to rows `first_row..` of (`batch`, `head`)
+/// of `out` (rows contiguous whole chunks: the launcher's check), rows at or past `rows_end` not
+/// written: lane `l` copies chunks `l, l + 32, ...` of the rows, a row's chunks from consecutive
+/// lanes. After the plane's stores of those rows and a plane sync.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub fn copy_plane_rows<F: Float, N: Size>(
     out: &mut Tensor<F>,
     tile: &SharedMemory<Vector<F, N>>,
-    base: usize,
+    batch: u32,
+    head: u32,
     first_row: u32,
     rows_end: u32,
     tile_row: u32,
@@ -61,7 +82,7 @@ pub fn copy_plane_rows<F: Float, N: Size>(
 ) {
     let row_chunks = comptime!(dim / CHUNK);
     let total = comptime!(rows * row_chunks);
-    let base = base / CHUNK as usize;
+    let base = (batch as usize * out.stride(0) + head as usize * out.stride(1)) / CHUNK as usize;
     let row_stride = out.stride(2) / CHUNK as usize;
     let mut chunks = out.to_slice_mut().into_vectorized().with_vector_size::<N>();
     #[unroll]

@@ -60,7 +60,8 @@ pub trait TileMma: Send + Sync + 'static {
 
     /// `accs[n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against
     /// a row of B tiles, B_n's at `b[n b_step]`. What a plane that keeps a row of output tiles
-    /// in its fragments does per step of the shared dimension.
+    /// in its fragments does per step of the shared dimension: [`Self::execute_rows`] for one
+    /// row.
     #[allow(clippy::too_many_arguments)]
     fn execute_row<F: Float>(
         accs: &mut Sequence<Self::Acc>,
@@ -222,17 +223,12 @@ impl TileMma for Cmma {
         #[comptime] b_layout: TileLayout,
         #[comptime] b_stride: u32,
         #[comptime] b_step: u32,
-        #[comptime] _plane_size: u32,
+        #[comptime] plane_size: u32,
     ) {
-        let a_frag = fragment::<F>(cmma::MatrixIdent::A, a, a_layout, a_stride);
-        #[unroll]
-        for n in 0..count {
-            let b_at = (n * b_step) as usize;
-            let b_frag =
-                fragment::<F>(cmma::MatrixIdent::B, &b.slice(b_at, b.len()), b_layout, b_stride);
-            let acc = accs.index_mut(n as usize);
-            cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
-        }
+        Self::execute_rows::<F>(
+            accs, 1u32, count, a, a_layout, a_stride, 0u32, b, b_layout, b_stride, b_step,
+            plane_size,
+        );
     }
 
     fn execute_rows<F: Float>(
@@ -375,19 +371,10 @@ impl TileMma for StandIn {
         #[comptime] b_step: u32,
         #[comptime] plane_size: u32,
     ) {
-        #[unroll]
-        for n in 0..count {
-            Self::execute::<F>(
-                accs.index_mut(n as usize),
-                a,
-                a_layout,
-                a_stride,
-                &b.slice((n * b_step) as usize, b.len()),
-                b_layout,
-                b_stride,
-                plane_size,
-            );
-        }
+        Self::execute_rows::<F>(
+            accs, 1u32, count, a, a_layout, a_stride, 0u32, b, b_layout, b_stride, b_step,
+            plane_size,
+        );
     }
 
     fn execute_rows<F: Float>(

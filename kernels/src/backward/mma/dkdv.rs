@@ -8,8 +8,8 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_row};
-use crate::primitives::mma::{BOTTOM_ROW, Lane, Pair, TILE_N, lane, zero_accumulators};
+use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_rows};
+use crate::primitives::mma::{Lane, Pair, TILE_N, lane, zero_accumulators};
 use crate::primitives::pair_stream::{PairSource, PairStream};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::primitives::tile_io::{StatView, stat_view};
@@ -176,8 +176,8 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
 
 /// dK (times the scale) and dV through this plane's own rows of the K and V tiles, out in
 /// 16-byte chunks ([`crate::primitives::chunked_out`]; `config.chunked_output`, dk's and dv's
-/// rows contiguous whole chunks). Every plane is done with the tiles first: the one pass's dQ
-/// shares read every plane's K rows, hence a cube sync, not a plane sync.
+/// rows contiguous whole chunks). A plane's products read only its own K and V rows, but the one
+/// pass's dQ shares read every plane's K rows: there every plane is done with them first.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn write_chunked<F: Float, N: Size>(
@@ -200,29 +200,25 @@ fn write_chunked<F: Float, N: Size>(
     ));
     let (head_stride, val_stride) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
     let (dk_factor, dv_factor) = (Pair::<f32>::new(params.scale), Pair::<f32>::new(1.0f32));
-    sync_cube();
-    #[unroll]
-    for half in 0..2u32 {
-        let tile_row = plane_row + lane.group + half * BOTTOM_ROW;
-        stage_accumulator_row::<F, N>(
-            &mut tiles.k, dk_acc, tile_row, lane, dk_factor, 0u32, half, head_tiles, head_stride,
-        );
-        stage_accumulator_row::<F, N>(
-            &mut tiles.v, dv_acc, tile_row, lane, dv_factor, 0u32, half, val_tiles, val_stride,
-        );
+    if comptime!(config.atomic_dq) {
+        sync_cube();
     }
+    stage_accumulator_rows::<F, N>(
+        &mut tiles.k, dk_acc, plane_row, lane, dk_factor, head_tiles, head_stride,
+    );
+    stage_accumulator_rows::<F, N>(
+        &mut tiles.v, dv_acc, plane_row, lane, dv_factor, val_tiles, val_stride,
+    );
     sync_plane();
     let first_row = kv_start + plane_row;
     // A plane whose rows all lie past seq_kv writes nothing.
     if first_row < params.seq_kv {
-        let k_base = batch as usize * dk.stride(0) + head as usize * dk.stride(1);
-        let v_base = batch as usize * dv.stride(0) + head as usize * dv.stride(1);
         copy_plane_rows::<F, N>(
-            dk, &tiles.k, k_base, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
+            dk, &tiles.k, batch, head, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
             config.head_dim, head_stride,
         );
         copy_plane_rows::<F, N>(
-            dv, &tiles.v, v_base, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
+            dv, &tiles.v, batch, head, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
             config.val_dim, val_stride,
         );
     }

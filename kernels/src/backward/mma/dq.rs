@@ -10,7 +10,7 @@ use crate::primitives::block_range::{
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::plan::rows_in_vectors;
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_row};
+use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -177,22 +177,16 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     if comptime!(config.chunked_output) {
         let stride = comptime!(config.mma_head_stride());
         let factor = Pair::<f32>::new(params.scale);
-        #[unroll]
-        for half in 0..2u32 {
-            let tile_row = plane_row + lane.group + half * BOTTOM_ROW;
-            stage_accumulator_row::<F, N>(
-                &mut state.tiles.q, &dq_acc, tile_row, lane, factor, 0u32, half, head_tiles,
-                stride,
-            );
-        }
+        stage_accumulator_rows::<F, N>(
+            &mut state.tiles.q, &dq_acc, plane_row, lane, factor, head_tiles, stride,
+        );
         sync_plane();
         let first_row = q_start + plane_row;
         // A plane whose rows all lie past seq_q writes nothing.
         if first_row < params.seq_q {
-            let base = batch as usize * dq.stride(0) + head as usize * dq.stride(1);
             copy_plane_rows::<F, N>(
-                dq, &state.tiles.q, base, first_row, params.seq_q, plane_row, lane, MATRIX_TILE,
-                config.head_dim, stride,
+                dq, &state.tiles.q, batch, head, first_row, params.seq_q, plane_row, lane,
+                MATRIX_TILE, config.head_dim, stride,
             );
         }
     } else {

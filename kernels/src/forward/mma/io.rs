@@ -106,18 +106,11 @@ pub(super) fn write_rows<F: Float>(
 }
 
 /// Writes this plane's rows of O (from `first_row - group` on, `first_row` being this lane's
-/// first) through its own rows of the shared Q tile, which no other plane reads: each lane
-/// stores its normalized accumulator pairs, rounded to `F` (row stride an odd number of 16-byte
-/// chunks: the 32 lanes' 4-byte stores fall in 32 banks), and the log-sum-exps from the first
-/// lane of each row group; after a plane sync, lane `l` copies chunks `l, l + 32, ...` of the
-/// plane's rows to `o` in 16-byte loads and stores, a row's chunks from consecutive lanes, o's
-/// strides read once. Needs [`MmaConfig::mma_chunked_output`] and o's rows contiguous whole
-/// chunks (the launcher's check).
-/// ```text
-/// accumulators --x normalizer, pairs--> Q tile rows [plane_row, plane_row + plane_rows)
-///                                          | 16-byte chunks, lane l: l, l + 32, ...
-///             o rows [first_row - group, ...) <--+ (rows before seq_q)
-/// ```
+/// first) through its own rows of the shared Q tile, which no other plane reads
+/// ([`crate::primitives::chunked_out`]): each lane stores its normalized accumulator pairs,
+/// rounded to `F`, and the log-sum-exps from the first lane of each row group; after a plane
+/// sync the plane copies its rows to `o` in 16-byte chunks. Needs
+/// [`MmaConfig::mma_chunked_output`] and o's rows contiguous whole chunks (the launcher's check).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_rows_chunked<F: Float, N: Size>(
@@ -169,11 +162,11 @@ pub(super) fn write_rows_chunked<F: Float, N: Size>(
     // A plane whose rows all lie past seq_q writes nothing.
     if plane_first_row < params.seq_q {
         // o's rows hold val_dim elements, a whole number of chunks (a need of the mma path).
-        let base = batch as usize * o.stride(0) + head as usize * o.stride(1);
         copy_plane_rows::<F, N>(
             o,
             q_tile,
-            base,
+            batch,
+            head,
             plane_first_row,
             params.seq_q,
             plane_row,
