@@ -29,12 +29,14 @@ pub mod backward;
 pub mod device;
 pub mod forward;
 pub mod mma_blocks;
+mod defaults;
 mod tuning;
 
 pub use backward::{BackwardPlan, DqAccumulation, GradientChoice, GradientPlan};
 pub use device::{DeviceCaps, elem_type, mask_elem_type};
 pub use forward::{BlockChoice, ForwardChoice, ForwardPlan};
 pub use mma_blocks::MmaBlocks;
+pub use defaults::*;
 pub use tuning::*;
 
 /// How the inputs lie in memory, as far as the plan cares.

@@ -8,7 +8,6 @@ use crate::config::MATRIX_TILE;
 use crate::primitives::block_range::{causal_end, pair_needs_masked_pass, query_block_span};
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_rows};
 use crate::primitives::mma::{Lane, Pair, TILE_N, lane, zero_accumulators};
 use crate::primitives::pair_stream::{PairSource, PairStream};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
@@ -17,6 +16,7 @@ use crate::primitives::tile_io::{StatView, stat_view};
 use super::dkdv_block::accumulate_dkdv;
 use super::dq_share::{add_dq_share, ds_buffer_row, store_ds_rows};
 use super::query_stats::{QueryStats, fetch_stats, store_stats};
+use super::chunked_grads::write_dkdv_chunked;
 use super::{PairTiles, pair_tiles, write_rows};
 use crate::backward::config::MmaGradientConfig;
 use crate::backward::dq_sink::DqSink;
@@ -143,7 +143,7 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
 
     // Step 3: dK = scale * Σ dS^T Q and dV = Σ P^T dO, rows past seq_kv not written.
     if comptime!(config.chunked_output) {
-        write_chunked::<F, N>(
+        write_dkdv_chunked::<F, N>(
             dk, dv, &mut state.tiles, &dk_acc, &dv_acc, &params, batch, head, kv_start, plane_row,
             lane, config,
         );
@@ -170,56 +170,6 @@ pub fn dkdv_mma_kernel<F: Float, M: Int, S: PairStream, D: DqSink, N: Size>(
             params.seq_kv,
             1.0f32,
             config.val_dim,
-        );
-    }
-}
-
-/// dK (times the scale) and dV through this plane's own rows of the K and V tiles, out in
-/// 16-byte chunks ([`crate::primitives::chunked_out`]; `config.chunked_output`, dk's and dv's
-/// rows contiguous whole chunks). A plane's products read only its own K and V rows, but the one
-/// pass's dQ shares read every plane's K rows: there every plane is done with them first.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn write_chunked<F: Float, N: Size>(
-    dk: &mut Tensor<F>,
-    dv: &mut Tensor<F>,
-    tiles: &mut PairTiles<F, N>,
-    dk_acc: &Array<Pair<f32>>,
-    dv_acc: &Array<Pair<f32>>,
-    params: &ScoreParams,
-    batch: u32,
-    head: u32,
-    kv_start: u32,
-    plane_row: u32,
-    lane: Lane,
-    #[comptime] config: MmaGradientConfig,
-) {
-    let (head_tiles, val_tiles) = comptime!((
-        config.head_dim.next_multiple_of(MATRIX_TILE) / TILE_N,
-        config.val_dim.next_multiple_of(MATRIX_TILE) / TILE_N,
-    ));
-    let (head_stride, val_stride) = comptime!((config.mma_head_stride(), config.mma_val_stride()));
-    let (dk_factor, dv_factor) = (Pair::<f32>::new(params.scale), Pair::<f32>::new(1.0f32));
-    if comptime!(config.atomic_dq) {
-        sync_cube();
-    }
-    stage_accumulator_rows::<F, N>(
-        &mut tiles.k, dk_acc, plane_row, lane, dk_factor, head_tiles, head_stride,
-    );
-    stage_accumulator_rows::<F, N>(
-        &mut tiles.v, dv_acc, plane_row, lane, dv_factor, val_tiles, val_stride,
-    );
-    sync_plane();
-    let first_row = kv_start + plane_row;
-    // A plane whose rows all lie past seq_kv writes nothing.
-    if first_row < params.seq_kv {
-        copy_plane_rows::<F, N>(
-            dk, &tiles.k, batch, head, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
-            config.head_dim, head_stride,
-        );
-        copy_plane_rows::<F, N>(
-            dv, &tiles.v, batch, head, first_row, params.seq_kv, plane_row, lane, MATRIX_TILE,
-            config.val_dim, val_stride,
         );
     }
 }

@@ -10,7 +10,6 @@ use crate::primitives::block_range::{
 use crate::primitives::block_stream::{BlockBody, BlockSpan, stream_blocks};
 use crate::plan::rows_in_vectors;
 use crate::primitives::chunk_io::{chunk_view, copy_rows};
-use crate::primitives::chunked_out::{copy_plane_rows, stage_accumulator_rows};
 use crate::primitives::mma::{
     ACC_REGS, BOTTOM_ROW, LANES, Lane, Pair, TILE_N, accumulate_product, lane, product_with_rows,
     zero_accumulators,
@@ -19,6 +18,7 @@ use crate::primitives::pair_stream::{AsyncCopy, PairSource, PairStream, Staged};
 use crate::primitives::score::{ScoreParams, ScoreTensors, score_tensors};
 use crate::problem::AttentionProblem;
 
+use super::chunked_grads::write_dq_chunked;
 use super::{PairTiles, p_and_ds, pair_tiles, softmax_lse, write_rows};
 use crate::backward::GradientInputs;
 use crate::backward::config::{BackwardKernel, MmaGradientConfig};
@@ -172,23 +172,11 @@ pub fn dq_mma_kernel<F: Float, M: Int, S: PairStream, N: Size>(
     let dq_acc = state.dq_acc;
 
     // Step 3: dQ = scale * Σ dS K, rows past seq_q not written; rows that see no key at all
-    // (causal with seq_q > seq_kv) write zeros. Chunked: through this plane's own rows of the
-    // Q tile, which no other plane reads, out in 16-byte chunks (`primitives::chunked_out`).
+    // (causal with seq_q > seq_kv) write zeros; chunked, through the Q tile.
     if comptime!(config.chunked_output) {
-        let stride = comptime!(config.mma_head_stride());
-        let factor = Pair::<f32>::new(params.scale);
-        stage_accumulator_rows::<F, N>(
-            &mut state.tiles.q, &dq_acc, plane_row, lane, factor, head_tiles, stride,
+        write_dq_chunked::<F, N>(
+            dq, &mut state.tiles.q, &dq_acc, &params, batch, head, q_start, plane_row, lane, config,
         );
-        sync_plane();
-        let first_row = q_start + plane_row;
-        // A plane whose rows all lie past seq_q writes nothing.
-        if first_row < params.seq_q {
-            copy_plane_rows::<F, N>(
-                dq, &state.tiles.q, batch, head, first_row, params.seq_q, plane_row, lane,
-                MATRIX_TILE, config.head_dim, stride,
-            );
-        }
     } else {
         write_rows::<F>(
             dq,

@@ -32,6 +32,7 @@ use crate::primitives::score::{
 use super::config::{BackwardKernel, MmaGradientConfig};
 use crate::primitives::block_stream::{Masking, StreamSchedule, Streams};
 
+mod chunked_grads;
 mod dkdv;
 mod dkdv_block;
 mod dkdv_launch;
