@@ -24,7 +24,9 @@ use cubecl::prelude::*;
 
 use super::contiguous_scratch;
 use crate::checks::stand_in;
-use super::elementwise::{UNITS, cube_count, element_index, offset, split_index};
+use super::elementwise::{UNITS, cube_count, cubes_of, element_index, flat_cube, offset, split_index};
+use crate::plan::rows_in_vectors;
+use crate::problem::FloatKind;
 use crate::primitives::mma::Pair;
 
 /// Four f32, the widest atomic add request ([`AtomicDqQuads`]).
@@ -159,29 +161,49 @@ pub(crate) fn zeroed_accumulator<R: Runtime>(client: &ComputeClient<R>, shape: [
 }
 
 /// `dq = F(scale * acc)` for every element (`dq` of any strides, `acc` contiguous, same shape).
-/// Where head_dim is a multiple of 4, each unit takes 4 adjacent columns of a row (one 16-byte
-/// load of `acc`, one index split for the 4): the element-per-unit kernel spent most of its
-/// time splitting 64-bit indices (0.23 ms for 33.5 M elements on the H200 at (16,16,2048,64),
-/// 5x its memory traffic's time; benches/RESULTS.md, 2026-12-04).
+/// Where head_dim is a multiple of 4, a cube takes [`finish_rows`] rows of one (batch, head)
+/// and each unit 4 adjacent columns of a row at a time ([`finish_dq_rows`]: one 16-byte load
+/// of `acc`, one store of 4 elements where `dq`'s rows are contiguous); elsewhere one unit per
+/// element, its 64-bit index split into 4 coordinates (0.23 ms for 33.5 M elements on the H200
+/// at (16,16,2048,64), 5x its memory traffic's time; benches/RESULTS.md, 2026-12-04).
 pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     client: &ComputeClient<R>,
+    dtype: FloatKind,
     acc: TensorBinding<R>,
     dq: TensorBinding<R>,
     scale: f32,
 ) {
-    let total: usize = dq.shape.iter().product();
-    let quads = dq.shape[3].is_multiple_of(4);
-    let cubes = cube_count(if quads { total / 4 } else { total });
-    let (dim, acc, dq) = (CubeDim::new_1d(UNITS), acc.into_tensor_arg(), dq.into_tensor_arg());
+    let [batch, heads, seq, dim] = [0, 1, 2, 3].map(|d| dq.shape[d]);
+    let quads = dim / 4;
+    let dim_in_quads = dim.is_multiple_of(4);
+    let width = if dim_in_quads && rows_in_vectors(dtype, 4, &[&dq]) { 4 } else { 1 };
+    let (acc, dq_arg) = (acc.into_tensor_arg(), dq.into_tensor_arg());
+    let dim3 = CubeDim::new_1d(UNITS);
     // SAFETY: `acc` and `dq` have the problem's query shape (checked by the backward launcher);
-    // every access is bounds-checked against `acc`'s length as bound.
+    // every access is bounds-checked against the shape (rows, (batch, head)) or `acc`'s length.
     unsafe {
-        if quads {
-            finish_dq_quads::launch_unchecked::<F, R>(client, cubes, dim, acc, dq, scale)
+        if dim_in_quads {
+            let rows = finish_rows(quads as u32);
+            let row_blocks = seq.div_ceil(rows as usize) as u32;
+            let cubes = cubes_of((batch * heads) as u32 * row_blocks);
+            finish_dq_rows::launch_unchecked::<F, R>(
+                client, cubes, dim3, width, acc, dq_arg, scale, row_blocks, rows, quads as u32,
+            )
         } else {
-            finish_dq::launch_unchecked::<F, R>(client, cubes, dim, acc, dq, scale)
+            let cubes = cube_count(batch * heads * seq * dim);
+            finish_dq::launch_unchecked::<F, R>(client, cubes, dim3, acc, dq_arg, scale)
         }
     }
+}
+
+/// Quads each unit of [`finish_dq_rows`] converts, at most.
+const FINISH_QUADS_PER_UNIT: u32 = 2;
+
+/// Rows a cube of [`finish_dq_rows`] takes for rows of `quads` quads: the most (a power of
+/// two, at least one) of which each unit converts [`FINISH_QUADS_PER_UNIT`] quads or fewer.
+fn finish_rows(quads: u32) -> u32 {
+    let rows = (FINISH_QUADS_PER_UNIT * UNITS / quads.max(1)).max(1);
+    1 << rows.ilog2()
 }
 
 #[cube(launch_unchecked)]
@@ -209,19 +231,47 @@ fn finish_dq<F: Float>(acc: &Tensor<f32>, dq: &mut Tensor<F>, scale: f32) {
     }
 }
 
-/// [`finish_dq`] for 4 adjacent columns per unit (`acc` bound as quads; head_dim a multiple
-/// of 4, so a quad never straddles two rows).
+/// [`launch_finish_dq`] where head_dim is `4 quads`: rows `[first, first + rows)` of one
+/// (batch, head), quad `index` of the block by unit `index % UNITS`. `dq` is bound in vectors
+/// of 4 (contiguous rows: one store per quad) or 1 (any strides: four).
 #[cube(launch_unchecked)]
-fn finish_dq_quads<F: Float>(acc: &Tensor<Quad<f32>>, dq: &mut Tensor<F>, scale: f32) {
-    let quad = element_index();
-    if quad < acc.len() {
-        let value = acc[quad];
-        let (b, h, s, d) = split_index(quad * 4, dq);
-        let at = offset(dq, b, h, s, d);
-        let step = dq.stride(3);
+fn finish_dq_rows<F: Float, N: Size>(
+    acc: &Tensor<Quad<f32>>,
+    dq: &mut Tensor<Vector<F, N>>,
+    scale: f32,
+    row_blocks: u32,
+    #[comptime] rows: u32,
+    #[comptime] quads: u32,
+) {
+    let width = dq.vector_size();
+    let (heads, seq) = (dq.shape(1) as u32, dq.shape(2) as u32);
+    let cube = flat_cube();
+    let (batch_head, first) = (cube / row_blocks, (cube % row_blocks) * rows);
+    if batch_head < dq.shape(0) as u32 * heads {
+        let (batch, head) = (batch_head / heads, batch_head % heads);
+        let base = batch as usize * dq.stride(0) + head as usize * dq.stride(1);
+        let acc_base = batch_head as usize * seq as usize * quads as usize;
         #[unroll]
-        for c in 0..4usize {
-            dq[at + c * step] = F::cast_from(value[c] * scale);
+        for step in 0..comptime!((rows * quads).div_ceil(UNITS)) {
+            let index = UNIT_POS + step * UNITS;
+            let (row, quad) = (first + index / quads, index % quads);
+            if index < rows * quads && row < seq {
+                let value = acc[acc_base + (row * quads + quad) as usize];
+                let at = base + row as usize * dq.stride(2) + (4 * quad) as usize * dq.stride(3);
+                if comptime!(width == 4) {
+                    let mut out = Vector::<F, N>::zeroed();
+                    #[unroll]
+                    for c in 0..4usize {
+                        out[c] = F::cast_from(value[c] * scale);
+                    }
+                    dq[at / 4] = out;
+                } else {
+                    #[unroll]
+                    for c in 0..4usize {
+                        dq[at + c * dq.stride(3)] = Vector::<F, N>::new(F::cast_from(value[c] * scale));
+                    }
+                }
+            }
         }
     }
 }

@@ -10,8 +10,19 @@ const CUBES_X: u32 = 1024;
 
 /// Cubes covering `total` elements, one unit each.
 pub(crate) fn cube_count(total: usize) -> CubeCount {
-    let cubes = total.div_ceil(UNITS as usize) as u32;
+    cubes_of(total.div_ceil(UNITS as usize) as u32)
+}
+
+/// `cubes` cubes, [`CUBES_X`] a row of the grid (the last row may run past `cubes`: kernels
+/// check [`flat_cube`] against what they cover).
+pub(crate) fn cubes_of(cubes: u32) -> CubeCount {
     CubeCount::Static(cubes.min(CUBES_X), cubes.div_ceil(CUBES_X), 1)
+}
+
+/// This cube's place in a grid of [`cubes_of`].
+#[cube]
+pub(crate) fn flat_cube() -> u32 {
+    CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X
 }
 
 /// This unit's element (may be past the end: callers check).

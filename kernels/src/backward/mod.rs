@@ -304,7 +304,7 @@ fn launch_gradients<R: Runtime, F: Float + CubeElement, M: Int>(
     }
     if let Some(acc) = dq_acc {
         // The dK/dV kernel has added every pair's dS K: dq = scale * that sum.
-        dq_sink::launch_finish_dq::<R, F>(client, acc, dq, problem.scale as f32);
+        dq_sink::launch_finish_dq::<R, F>(client, problem.dtype, acc, dq, problem.scale as f32);
         return;
     }
     match plan.dq.config {

@@ -1,6 +1,6 @@
 //! What the generated HIP text must show, read from the text itself (never compared with a
 //! golden copy: cubecl's shared-array declaration order changes between runs).
-use super::HipSource;
+use super::{GFX942_LOAD_BYTES, HipSource};
 use super::variants::{KernelConfig, Variant};
 
 /// Work-items of one wave on gfx942.
@@ -101,7 +101,7 @@ pub fn violations(
     let estimate = match variant.kernel {
         KernelConfig::Forward(config) => config.shared_memory_bytes(),
         KernelConfig::Backward(config) => config.shared_memory_bytes(),
-        KernelConfig::Preprocess => 0,
+        KernelConfig::Preprocess(shape) => shape.shared_memory_bytes(GFX942_LOAD_BYTES),
     };
     if hip.shared_memory_bytes > estimate {
         wrong.push(format!(

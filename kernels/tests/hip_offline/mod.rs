@@ -64,6 +64,8 @@ const MI300X_MAX_PAGE_BYTES: u64 = 192 * (1 << 30) / 4;
 const MIN_TENSOR_CORE_DIM: u32 = 16;
 /// Bits per load cubecl-hip declares (`load_width`), whatever the device.
 const LOAD_WIDTH_BITS: u32 = 128;
+/// The same in bytes: the widest load contiguous rows are read in.
+pub const GFX942_LOAD_BYTES: usize = LOAD_WIDTH_BITS as usize / 8;
 
 /// A matrix-core compiler of cubecl's HIP dialect.
 pub trait MatrixCores:

@@ -18,7 +18,7 @@ use burn_flash_attn_kernels::backward::dq::flash_attention_backward_dq_kernel::F
 use burn_flash_attn_kernels::backward::matrix::matrix_dkdv_kernel::MatrixDkdvKernel;
 use burn_flash_attn_kernels::backward::matrix::matrix_dq_kernel::MatrixDqKernel;
 use burn_flash_attn_kernels::primitives::tile_mma::Cmma;
-use burn_flash_attn_kernels::backward::preprocess::ROWS_PER_CUBE;
+use burn_flash_attn_kernels::backward::preprocess::{PreprocessShape, UNITS as PREPROCESS_UNITS};
 use burn_flash_attn_kernels::backward::preprocess::flash_attention_backward_preprocess_kernel::FlashAttentionBackwardPreprocessKernel;
 use burn_flash_attn_kernels::forward::matrix::flash_attention_forward_matrix_kernel::FlashAttentionForwardMatrixKernel;
 use burn_flash_attn_kernels::primitives::tile_io::LOAD_BYTES;
@@ -29,14 +29,14 @@ use burn_flash_attn_kernels::{AttentionProblem, FloatKind, ForwardConfig, MaskKi
 use cubecl::ir::AddressType;
 use cubecl::prelude::*;
 
-use super::{GFX942, HipSource, MatrixCores, OfflineHip};
+use super::{GFX942, GFX942_LOAD_BYTES, HipSource, MatrixCores, OfflineHip};
 
 /// Which kernel, with its comptime config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelConfig {
     Forward(ForwardConfig),
-    /// `delta = rowsum(d_out ∘ o)`: no config.
-    Preprocess,
+    /// `delta = rowsum(d_out ∘ o)`: rows a cube and vectors a row.
+    Preprocess(PreprocessShape),
     Backward(GradientConfig),
 }
 
@@ -63,7 +63,7 @@ impl Variant {
         match self.kernel {
             KernelConfig::Forward(ForwardConfig::Matrix(c)) => CubeDim::new_2d(c.plane_size, c.num_planes()),
             KernelConfig::Forward(c) => CubeDim::new_1d(c.units()),
-            KernelConfig::Preprocess => CubeDim::new_1d(ROWS_PER_CUBE),
+            KernelConfig::Preprocess(_) => CubeDim::new_1d(PREPROCESS_UNITS),
             KernelConfig::Backward(GradientConfig::Matrix(c)) => CubeDim::new_2d(c.plane_size, c.planes()),
             KernelConfig::Backward(c) => CubeDim::new_1d(c.units()),
         }
@@ -89,7 +89,10 @@ impl Variant {
                 c.block_kv(),
                 c.units()
             ),
-            KernelConfig::Preprocess => format!("bwd-preprocess_{dtype}_u{ROWS_PER_CUBE}"),
+            KernelConfig::Preprocess(shape) => format!(
+                "bwd-preprocess_{dtype}_r{}-c{}_u{PREPROCESS_UNITS}",
+                shape.rows, shape.row_chunks
+            ),
             KernelConfig::Backward(c) => format!(
                 "bwd-{}{}_{dtype}_{mask}_{}_hd{}-dv{}_bq{}-bkv{}_u{}",
                 match c.kernel() {
@@ -182,14 +185,17 @@ pub fn routed_variants(
                 add(KernelConfig::Backward(one_pass), format!("{plan}, dQ by f32 atomic adds (one pass)"));
             }
         }
+        // Rows read in the widest load (16 bytes on gfx942) that contiguous rows allow.
+        let vector_size = GFX942_LOAD_BYTES / problem.dtype.size();
+        let shape = PreprocessShape::new(problem.val_dim, vector_size, problem.dtype.size());
         let preprocess = Variant {
-            kernel: KernelConfig::Preprocess,
+            kernel: KernelConfig::Preprocess(shape),
             dtype: problem.dtype,
             mask: MaskKind::U32,
         };
         variants
             .entry(preprocess.name())
-            .or_insert((preprocess, "one unit per row, always".to_string()));
+            .or_insert((preprocess, format!("{} rows a cube, always", shape.rows)));
     }
     variants
 }
@@ -253,15 +259,17 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
             "the {} forward path has no HIP generator here",
             config.path().name()
         )),
-        KernelConfig::Preprocess => {
+        KernelConfig::Preprocess(shape) => {
             let kernel = FlashAttentionBackwardPreprocessKernel::<F, R<M>>::new(
                 settings(),
                 client,
                 tensor(),
                 tensor(),
                 tensor(),
-                // The widest load (16 bytes on gfx942) that contiguous rows allow.
-                16 / std::mem::size_of::<F>(),
+                (),
+                shape.rows,
+                shape.row_chunks,
+                GFX942_LOAD_BYTES / std::mem::size_of::<F>(),
             );
             R::<M>::hip_source(kernel, GFX942)
         }
