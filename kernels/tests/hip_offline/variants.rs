@@ -267,9 +267,9 @@ fn typed<M: MatrixCores, F: Float, K: Int>(
                 tensor(),
                 tensor(),
                 (),
+                GFX942_LOAD_BYTES / std::mem::size_of::<F>(),
                 shape.rows,
                 shape.row_chunks,
-                GFX942_LOAD_BYTES / std::mem::size_of::<F>(),
             );
             R::<M>::hip_source(kernel, GFX942)
         }
