@@ -136,8 +136,10 @@ pub fn flash_attention_backward_preprocess_kernel<F: Float, N: Size>(
     #[comptime] row_chunks: u32,
 ) {
     let stride = comptime!(tile_stride(row_chunks));
-    let mut o_tile = SharedMemory::<Vector<F, N>>::new(comptime!((rows * stride) as usize));
-    let mut d_tile = SharedMemory::<Vector<F, N>>::new(comptime!((rows * stride) as usize));
+    // Both tiles in one allocation, d_out's after o's: separate arrays would be placed in a hash
+    // set's order, different in every generation of the source (see `primitives::arena`).
+    let d_start = comptime!(rows * stride);
+    let mut tiles = SharedMemory::<Vector<F, N>>::new(comptime!((2 * rows * stride) as usize));
     let width = o.vector_size();
     let heads = o.shape(1) as u32;
     let seq_q = o.shape(2) as u32;
@@ -155,17 +157,18 @@ pub fn flash_attention_backward_preprocess_kernel<F: Float, N: Size>(
             let index = UNIT_POS + step * UNITS;
             let (row, chunk) = (index / row_chunks, index % row_chunks);
             if index < rows * row_chunks && first + row < seq_q {
-                let at = (row * stride + chunk) as usize;
-                o_tile[at] = o[vector_at::<F, N>(o, o_base, first + row, chunk)];
-                d_tile[at] = d_out[vector_at::<F, N>(d_out, d_base, first + row, chunk)];
+                let at = row * stride + chunk;
+                tiles[at as usize] = o[vector_at::<F, N>(o, o_base, first + row, chunk)];
+                tiles[(d_start + at) as usize] =
+                    d_out[vector_at::<F, N>(d_out, d_base, first + row, chunk)];
             }
         }
         sync_cube();
         if UNIT_POS < rows && first + UNIT_POS < seq_q {
             let mut sum = 0.0f32;
             for chunk in 0..row_chunks {
-                let at = (UNIT_POS * stride + chunk) as usize;
-                let (d, x) = (d_tile[at], o_tile[at]);
+                let at = UNIT_POS * stride + chunk;
+                let (d, x) = (tiles[(d_start + at) as usize], tiles[at as usize]);
                 #[unroll]
                 for e in 0..width {
                     sum += f32::cast_from(d[e]) * f32::cast_from(x[e]);
