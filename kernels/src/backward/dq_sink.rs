@@ -24,7 +24,9 @@ use cubecl::prelude::*;
 
 use super::contiguous_scratch;
 use crate::checks::stand_in;
-use super::elementwise::{UNITS, cube_count, cubes_of, element_index, flat_cube, offset, split_index};
+use super::elementwise::{
+    UNITS, cube_count, cubes_of, element_index, flat_cube, offset, split_index,
+};
 use crate::plan::rows_in_vectors;
 use crate::problem::FloatKind;
 use crate::primitives::mma::Pair;
@@ -268,7 +270,8 @@ fn finish_dq_rows<F: Float, N: Size>(
                 } else {
                     #[unroll]
                     for c in 0..4usize {
-                        dq[at + c * dq.stride(3)] = Vector::<F, N>::new(F::cast_from(value[c] * scale));
+                        let element = F::cast_from(value[c] * scale);
+                        dq[at + c * dq.stride(3)] = Vector::<F, N>::new(element);
                     }
                 }
             }

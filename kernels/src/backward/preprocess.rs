@@ -121,7 +121,12 @@ fn row_vector_size<R: Runtime>(
 /// (strides are in elements: a vectorized row is contiguous, its stride(3) 1, a scalar one
 /// may have any).
 #[cube]
-fn vector_at<F: Float, N: Size>(tensor: &Tensor<Vector<F, N>>, base: usize, row: u32, chunk: u32) -> usize {
+fn vector_at<F: Float, N: Size>(
+    tensor: &Tensor<Vector<F, N>>,
+    base: usize,
+    row: u32,
+    chunk: u32,
+) -> usize {
     let width = tensor.vector_size();
     base + (row as usize * tensor.stride(2) + chunk as usize * width * tensor.stride(3)) / width
 }
@@ -175,8 +180,8 @@ pub fn flash_attention_backward_preprocess_kernel<F: Float, N: Size>(
                 }
             }
             let i = (first + UNIT_POS) as usize;
-            delta[batch as usize * delta.stride(0) + head as usize * delta.stride(1) + i * delta.stride(2)] =
-                sum;
+            let at = batch as usize * delta.stride(0) + head as usize * delta.stride(1);
+            delta[at + i * delta.stride(2)] = sum;
         }
     }
 }

@@ -40,11 +40,17 @@ pub const FORWARD_EARLY_KV: bool = false;
 /// passed with it on the same card.
 pub const FORWARD_CHUNKED_OUTPUT: bool = true;
 
-/// The mma gradient kernels' default for [`Tuning::backward_chunked_output`]: off until measured
-/// on a GPU. The forward's element-wise stores of O took 13.8 % of its stall samples on an H100
-/// (above); the gradient kernels' stores of dK, dV and dQ are the same kind, after longer loops.
-/// Offline (sm_90a, bf16, benches/RESULTS.md 2026-12-07) chunked, the two-kernel dK/dV kernel at
-/// head dim 64 takes 128 registers and a 20-byte spill in its loop instead of 161 and none.
+/// The mma gradient kernels' default for [`Tuning::backward_chunked_output`]: off until its
+/// whole suite has run on a GPU. The forward's element-wise stores of O took 13.8 % of its stall
+/// samples on an H100 (above); the gradient kernels' stores of dK, dV and dQ are the same kind,
+/// after longer loops. Offline (sm_90a, bf16, benches/RESULTS.md 2026-12-07) chunked, the
+/// two-kernel dK/dV kernel at head dim 64 takes 128 registers and a 20-byte spill in its loop
+/// instead of 161 and none. On an H100 (bf16, binaries of dedce7f, two process pairs,
+/// benches/RESULTS.md 2026-12-07) it ran forward + backward 1.08-1.10x as fast at (64,12,1024,64),
+/// 1.03-1.06x at (16,16,2048,64) and (16,16,2048,128), 1.00-1.04x at the other shapes of issue
+/// 15 (0.99 once at (1,16,32768,128); the host-bound (6,12,512,32) aside); its suite there
+/// passed 9 of the 15 tests asked for, none
+/// failed, 6 unfinished at the call's cut (the mma sweep, the one pass, features, reruns).
 pub const BACKWARD_CHUNKED_OUTPUT: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
