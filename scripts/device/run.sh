@@ -278,8 +278,9 @@ for s in "$@"; do
     bwd_chunked)
       # Tuning::backward_chunked_output: the mma gradient kernels writing dK, dV and dQ
       # through shared memory in 16-byte chunks beside their element-wise stores, at the eight
-      # shapes, in two process pairs: $OUT/bwd_chunked.csv (impl flash-bwd_chunked, then flash).
-      PAIRS=2 speed_beside bwd_chunked BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true ;;
+      # shapes, in PAIRS process pairs (default 2): $OUT/bwd_chunked.csv (impl flash-bwd_chunked,
+      # then flash).
+      PAIRS=${PAIRS:-2} speed_beside bwd_chunked BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true ;;
     rolled-compile)
       # First calls per kernel, rolled and unrolled (Tuning::rolled_steps), default
       # PROFILE_SHAPES head dims 64 and 128 at 2048 keys: $OUT/kprofile-{rolled,unrolled}.csv.
