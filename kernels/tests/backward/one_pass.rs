@@ -32,6 +32,8 @@ fn cases() -> Vec<Case> {
         Case::new(F32, 113, 203, 32).window(Some(40), None).causal(),
         Case::new(F32, 90, 61, 16).window(Some(3), Some(0)).quiet(),
         Case::new(F32, 45, 58, 32).heads(1, 4).gqa(2).window(Some(12), Some(6)).dropout(0.3, 9),
+        // Transposed inputs and outputs: dQ finished into rows that are not contiguous.
+        Case::new(F32, 47, 33, 20).val_dim(12).heads(1, 2).transposed().causal(),
         // Wide heads, and a sequence of several blocks each way.
         Case::new(F32, 65, 70, 256),
         Case::new(F32, 300, 260, 64).causal().bias(),
