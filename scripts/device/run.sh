@@ -28,7 +28,8 @@
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
 # forward-matrix-rows32, backward-chunked, backward-atomic-chunked, matrix-backward,
 # matrix-forward, wave64, conformance, nn, or any other test
-# binary by name.
+# binary by name. Each test runs its cases on CASE_THREADS threads (FLASH_CASE_THREADS, default
+# 4): nvrtc compiles a case's kernels on one core, and a test's cases otherwise run in order.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -135,6 +136,7 @@ for s in "$@"; do
     ptests)
       # The device suites at once (nvrtc compiles on 16 cores): forward (default blocks, and
       # 32-row planes everywhere), backward, wave64 and conformance (PTESTS picks some).
+      export FLASH_CASE_THREADS=${CASE_THREADS:-4}
       start=$SECONDS
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         case $run in

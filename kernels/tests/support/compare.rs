@@ -89,9 +89,42 @@ pub fn check_forward(
     )
 }
 
-/// Runs `run` on every case and fails with all the failures at once.
-pub fn run_all<C>(cases: &[C], run: impl Fn(&C) -> Result<(), String>) {
-    let failures: Vec<String> = cases.iter().filter_map(|case| run(case).err()).collect();
+/// Threads one test's cases run on: `FLASH_CASE_THREADS`, default 1 (in order). On a GPU most
+/// of a case's time is one CPU core compiling its kernels, and a test's cases otherwise run one
+/// after the other whatever `--test-threads` says: the device runs (`scripts/device/run.sh`)
+/// set it so that a suite's longest tests use the machine's cores.
+fn case_threads() -> usize {
+    std::env::var("FLASH_CASE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1)
+}
+
+/// Runs `run` on every case (on [`case_threads`] threads) and fails with all the failures at
+/// once, in the cases' order.
+pub fn run_all<C: Sync>(cases: &[C], run: impl Fn(&C) -> Result<(), String> + Sync) {
+    let threads = case_threads().min(cases.len());
+    let failures: Vec<String> = if threads <= 1 {
+        cases.iter().filter_map(|case| run(case).err()).collect()
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut failed: Vec<(usize, String)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut failed = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(case) = cases.get(i) else { break failed };
+                            if let Err(failure) = run(case) {
+                                failed.push((i, failure));
+                            }
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().flat_map(|worker| worker.join().expect("a case panicked")).collect()
+        });
+        failed.sort_by_key(|(i, _)| *i);
+        failed.into_iter().map(|(_, failure)| failure).collect()
+    };
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",

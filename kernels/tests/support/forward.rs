@@ -14,11 +14,12 @@ use super::device::{DeviceTensor, Elem, filled, read};
 use super::runtime::{Client, TestRuntime, client};
 
 /// Plans and launches the forward of one problem on poisoned outputs; returns the plan.
-pub type Launcher<'a> = &'a dyn Fn(
+pub type Launcher<'a> = &'a (dyn Fn(
     &Client,
     &AttentionProblem,
     ForwardTensors<TestRuntime>,
-) -> Result<ForwardPlan, FlashError>;
+) -> Result<ForwardPlan, FlashError>
+         + Sync);
 
 /// Runs the forward of `case` through `launch`; a problem the device refuses
 /// (`FlashError::Device`) is skipped with its reason.
