@@ -62,27 +62,9 @@ pub trait TileMma: Send + Sync + 'static {
         #[comptime] plane_size: u32,
     );
 
-    /// `accs[n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against
-    /// a row of B tiles, B_n's at `b[n b_step]`. What a plane that keeps a row of output tiles
-    /// in its fragments does per step of the shared dimension: [`Self::execute_rows`] for one
-    /// row.
-    #[allow(clippy::too_many_arguments)]
-    fn execute_row<F: Float>(
-        accs: &mut Sequence<Self::Acc>,
-        #[comptime] count: u32,
-        a: &Slice<F>,
-        #[comptime] a_layout: TileLayout,
-        #[comptime] a_stride: u32,
-        b: &Slice<F>,
-        #[comptime] b_layout: TileLayout,
-        #[comptime] b_stride: u32,
-        #[comptime] b_step: u32,
-        #[comptime] plane_size: u32,
-    );
-
     /// `accs[r count + n] += A_r B_n` for r < `rows`, n < `count`: a plane that keeps `rows`
     /// rows of `count` output tiles loads its `rows` A tiles (A_r's at `a[r a_step]`) once and
-    /// each B tile once for all of them, where [`Self::execute_row`] per row of output tiles
+    /// each B tile once for all of them, where [`execute_row`] per row of output tiles
     /// would load every B tile `rows` times. Each accumulator sums in the same order either way.
     #[allow(clippy::too_many_arguments)]
     fn execute_rows<F: Float>(
@@ -186,6 +168,28 @@ fn fragment<F: Float>(
     cmma::Matrix::<F>::from_slice(ident, size, size, size, comptime!(layout.cmma()), tile, stride)
 }
 
+/// `accs[n] += A B_n` for n < `count`: one A tile (at `a[0]`, loaded once) against a row of B
+/// tiles, B_n's at `b[n b_step]`. What a plane that keeps a row of output tiles in its
+/// fragments does per step of the shared dimension: [`TileMma::execute_rows`] for one row.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn execute_row<T: TileMma, F: Float>(
+    accs: &mut Sequence<T::Acc>,
+    #[comptime] count: u32,
+    a: &Slice<F>,
+    #[comptime] a_layout: TileLayout,
+    #[comptime] a_stride: u32,
+    b: &Slice<F>,
+    #[comptime] b_layout: TileLayout,
+    #[comptime] b_stride: u32,
+    #[comptime] b_step: u32,
+    #[comptime] plane_size: u32,
+) {
+    T::execute_rows::<F>(
+        accs, 1u32, count, a, a_layout, a_stride, 0u32, b, b_layout, b_stride, b_step, plane_size,
+    );
+}
+
 #[cube]
 impl TileMma for Cmma {
     type Acc = cmma::Matrix<f32>;
@@ -215,24 +219,6 @@ impl TileMma for Cmma {
         let a_frag = fragment::<F>(cmma::MatrixIdent::A, a, a_layout, a_stride);
         let b_frag = fragment::<F>(cmma::MatrixIdent::B, b, b_layout, b_stride);
         cmma::execute::<F, F, f32, f32>(&a_frag, &b_frag, acc, acc);
-    }
-
-    fn execute_row<F: Float>(
-        accs: &mut Sequence<cmma::Matrix<f32>>,
-        #[comptime] count: u32,
-        a: &Slice<F>,
-        #[comptime] a_layout: TileLayout,
-        #[comptime] a_stride: u32,
-        b: &Slice<F>,
-        #[comptime] b_layout: TileLayout,
-        #[comptime] b_stride: u32,
-        #[comptime] b_step: u32,
-        #[comptime] plane_size: u32,
-    ) {
-        Self::execute_rows::<F>(
-            accs, 1u32, count, a, a_layout, a_stride, 0u32, b, b_layout, b_stride, b_step,
-            plane_size,
-        );
     }
 
     fn execute_rows<F: Float>(

@@ -41,7 +41,7 @@ use crate::primitives::row_reduce::sync_units;
 use crate::primitives::row_stream::{row_source, row_stream, stream_ahead, stream_block};
 use crate::primitives::score::{ScoreParams, score_params, score_tensors};
 use crate::primitives::tile_io::{head_view, stat_view};
-use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, zero_tiles};
+use crate::primitives::tile_mma::{Cmma, StandIn, TileLayout, TileMma, execute_row, zero_tiles};
 use crate::problem::AttentionProblem;
 
 use super::GradientInputs;
@@ -306,7 +306,7 @@ pub fn matrix_dq_kernel<F: Float, E: Float, M: Int, T: TileMma, N: Size>(
 
         // dQ_w += dS_w K: per 16 keys, the plane's dS fragment once for all of dQ's tiles.
         for kk in 0..comptime!(bkv / MATRIX_TILE) {
-            T::execute_row::<E>(
+            execute_row::<T, E>(
                 &mut dq_acc,
                 comptime!(dk_tile / MATRIX_TILE),
                 &tiles.ds.slice((own * prob_stride + kk * MATRIX_TILE) as usize, tiles.ds.len()),

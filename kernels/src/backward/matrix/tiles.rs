@@ -8,7 +8,7 @@ use crate::backward::config::{MatrixGradientConfig, ROWS_PER_PAIRING};
 use crate::config::{CMMA_ALIGN, MATRIX_TILE};
 use crate::primitives::score::{ScoreParams, ScoreTensors, is_masked_logit, score};
 use crate::primitives::tile_io::{HeadView, StatView, load_rows, view_row_stat};
-use crate::primitives::tile_mma::{TileLayout, TileMma};
+use crate::primitives::tile_mma::{TileLayout, TileMma, execute_row};
 
 /// Elements of one 16x16 tile: a plane's staging area when it writes its gradients.
 pub(super) const TILE_ELEMENTS: u32 = MATRIX_TILE * MATRIX_TILE;
@@ -169,7 +169,7 @@ pub(super) fn strip_transposed_product<E: Float, T: TileMma>(
     let prob_stride = comptime!(config.prob_stride());
     // A loop, as in `chain`; each step's row of products is unrolled.
     for kk in 0..comptime!(config.block_q / MATRIX_TILE) {
-        T::execute_row::<E>(
+        execute_row::<T, E>(
             accs,
             comptime!(dim_tile / MATRIX_TILE),
             &strip.slice((own + kk * MATRIX_TILE * prob_stride) as usize, strip.len()),

@@ -52,24 +52,6 @@ impl TileMma for StandIn {
         }
     }
 
-    fn execute_row<F: Float>(
-        accs: &mut Sequence<Array<f32>>,
-        #[comptime] count: u32,
-        a: &Slice<F>,
-        #[comptime] a_layout: TileLayout,
-        #[comptime] a_stride: u32,
-        b: &Slice<F>,
-        #[comptime] b_layout: TileLayout,
-        #[comptime] b_stride: u32,
-        #[comptime] b_step: u32,
-        #[comptime] plane_size: u32,
-    ) {
-        Self::execute_rows::<F>(
-            accs, 1u32, count, a, a_layout, a_stride, 0u32, b, b_layout, b_stride, b_step,
-            plane_size,
-        );
-    }
-
     fn execute_rows<F: Float>(
         accs: &mut Sequence<Array<f32>>,
         #[comptime] rows: u32,
