@@ -33,7 +33,8 @@
 //! (`Tuning::matrix_plane_softmax`), `--matrix-wide-scores=true|false` for S's rows padded by
 //! 32 bytes (`Tuning::matrix_wide_scores`), `--matrix-plane-rows=16|32` for the matrix forward's
 //! query rows per plane (`Tuning::matrix_plane_rows`), `--matrix-planes=1|2|4` for its planes per
-//! cube (`Tuning::matrix_forward_planes`); `BURN_FLASH_MMA` /
+//! cube (`Tuning::matrix_forward_planes`), `--matrix-shared-stage=true|false` for its S and O
+//! staging in one tile (`Tuning::matrix_shared_stage`); `BURN_FLASH_MMA` /
 //! `BURN_FLASH_MMA_BWD` / `BURN_FLASH_DQ` / `BURN_FLASH_DQ_WIDTH` / `BURN_FLASH_FWD_PATH` /
 //! `BURN_FLASH_BWD_PATH` / `BURN_FLASH_ROLLED` / `BURN_FLASH_ASYNC` /
 //! `BURN_FLASH_MMA_Q_REGISTERS` / `BURN_FLASH_MMA_EARLY_KV` / `BURN_FLASH_MMA_CHUNKED_OUTPUT` /
@@ -41,7 +42,8 @@
 //! `BURN_FLASH_MATRIX_VECTORS`
 //! / `BURN_FLASH_MATRIX_PREFETCH` / `BURN_FLASH_MATRIX_STAGGERED` /
 //! `BURN_FLASH_MATRIX_PLANE_SOFTMAX` / `BURN_FLASH_MATRIX_WIDE_SCORES` /
-//! `BURN_FLASH_MATRIX_PLANE_ROWS` / `BURN_FLASH_MATRIX_PLANES` in the environment are
+//! `BURN_FLASH_MATRIX_PLANE_ROWS` / `BURN_FLASH_MATRIX_PLANES` /
+//! `BURN_FLASH_MATRIX_SHARED_STAGE` in the environment are
 //! read as
 //! the same flags (the device scripts' tuning runs set them).
 //! Prints CSV in the format of `../shared/anchors/torch_attention.py`:
@@ -358,7 +360,12 @@ fn main() {
             "matrix-plane-rows",
             "BURN_FLASH_MATRIX_PLANE_ROWS",
         ))
-        .with_matrix_forward_planes(parsed_arg(&args, "matrix-planes", "BURN_FLASH_MATRIX_PLANES"));
+        .with_matrix_forward_planes(parsed_arg(&args, "matrix-planes", "BURN_FLASH_MATRIX_PLANES"))
+        .with_matrix_shared_stage(parsed_arg(
+            &args,
+            "matrix-shared-stage",
+            "BURN_FLASH_MATRIX_SHARED_STAGE",
+        ));
     if tuning != burn_flash_attn::Tuning::default() {
         eprintln!("tuning: {tuning:?}");
     }

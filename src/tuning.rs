@@ -30,6 +30,7 @@ static TUNING: RwLock<Tuning> = RwLock::new(Tuning {
     matrix_plane_softmax: None,
     matrix_wide_scores: None,
     matrix_plane_rows: None,
+    matrix_shared_stage: None,
     matrix_forward_planes: None,
     rolled_steps: None,
     async_copy: None,

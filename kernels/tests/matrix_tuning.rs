@@ -278,3 +278,66 @@ fn matrix_planes_take_32_rows_where_asked() {
         assert!(matches!(refused, Err(FlashError::InvalidTuning(_))), "{runtime}: {refused:?}");
     }
 }
+
+/// `Tuning::matrix_shared_stage` puts the matrix forward's S and O staging in one tile: the
+/// planner takes it where asked (off by default), the cube declares the longer of the two rows
+/// once instead of both (and a word for the rescale flag without plane shuffles), and its blocks
+/// are never smaller than without it (on an MI300X's 64 KiB, at least as large).
+#[test]
+fn matrix_forward_stages_s_and_o_in_one_tile_where_asked() {
+    use burn_flash_attn_kernels::plan;
+    let client = support::client();
+    let (h200, mi300x) = (h200(client.properties()), mi300x(client.properties()));
+    for (props, runtime) in [(&h200, planning::SIMULATED), (&mi300x, "hip")] {
+        let caps = DeviceCaps::new(props, runtime);
+        for (dtype, head_dim, rows) in [
+            (FloatKind::F16, 64, 16),
+            (FloatKind::F16, 128, 16),
+            (FloatKind::F16, 64, 32),
+            (FloatKind::F16, 256, 16),
+        ] {
+            let planned = |shared| {
+                let tuning = Tuning::default()
+                    .with_forward_path(Some(ForwardPath::Matrix))
+                    .with_matrix_plane_rows(Some(rows))
+                    .with_matrix_shared_stage(shared);
+                let case = problem(dtype, head_dim);
+                let forward = plan::forward::forward(&caps, &case, Layout::CHUNKED, &tuning);
+                let ForwardConfig::Matrix(config) = forward.expect("planned").config else {
+                    panic!()
+                };
+                config
+            };
+            let what = format!("{runtime} {dtype:?} head dim {head_dim}, {rows} rows");
+            let (default, apart, shared) = (planned(None), planned(Some(false)), planned(Some(true)));
+            assert_eq!(default.shared_stage, plan::MATRIX_SHARED_STAGE, "{what}");
+            assert!(!apart.shared_stage && shared.shared_stage, "{what}");
+            assert!(shared.block_q * shared.block_kv >= apart.block_q * apart.block_kv, "{what}");
+            // One row stride for both: the longer row with S's padding (as without sharing).
+            let same_blocks = MatrixConfig { shared_stage: false, ..shared };
+            let score_pad = same_blocks.score_stride() - shared.block_kv;
+            let stride = shared.block_kv.max(shared.val_dim_tile()) + score_pad;
+            assert_eq!((shared.score_stride(), shared.out_stride()), (stride, stride), "{what}");
+            // The flag's word after the rows: one 32-byte chunk of f32, without plane shuffles.
+            let flag = if shared.plane_shuffles { 0 } else { 8 };
+            assert_eq!(shared.score_tile_len(), shared.block_q * stride + flag, "{what}");
+            assert_eq!(shared.rescale_flag(), shared.block_q * stride, "{what}");
+            assert!(
+                shared.shared_memory_bytes() < same_blocks.shared_memory_bytes(),
+                "{what}: {} bytes shared, {} apart",
+                shared.shared_memory_bytes(),
+                same_blocks.shared_memory_bytes()
+            );
+            println!(
+                "{what}: apart {} x {}, {} bytes; shared {} x {}, {} bytes ({} apart)",
+                apart.block_q,
+                apart.block_kv,
+                apart.shared_memory_bytes(),
+                shared.block_q,
+                shared.block_kv,
+                shared.shared_memory_bytes(),
+                same_blocks.shared_memory_bytes()
+            );
+        }
+    }
+}

@@ -8,7 +8,7 @@
 #         | features | features-burn | tune | profile | kprofile | dqab | sanitize | matrix
 #         | rolled | rolled-compile | staged | staged-compile | base | ncu | ncu-matrix
 #         | ncu-forward | prefetch
-#         | staggered | plane_softmax | wide_scores | plane_rows | bwd_chunked
+#         | staggered | plane_softmax | wide_scores | plane_rows | shared_stage | bwd_chunked
 # base: the bench of an earlier commit (.carry/bin/attention-base.gz), ours at the eight shapes.
 # rolled: the mma kernels with their head-dim products as loops in the source beside the
 # default, ours only, at the eight shapes of `h200` ($OUT/rolled.csv).
@@ -26,7 +26,8 @@
 # PTESTS picks them: forward, forward-rows32, forward-matrix, forward-rolled, backward,
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
-# forward-matrix-rows32, backward-chunked, backward-atomic-chunked, matrix-backward,
+# forward-matrix-rows32, forward-matrix-shared, backward-chunked, backward-atomic-chunked,
+# matrix-backward,
 # matrix-forward, wave64, conformance, nn, or any other test
 # binary by name. Each test runs its cases on CASE_THREADS threads (FLASH_CASE_THREADS, default
 # 4): nvrtc compiles a case's kernels on one core, and a test's cases otherwise run in order.
@@ -175,6 +176,9 @@ for s in "$@"; do
           # The whole forward suite on the matrix forward (as forward-matrix) with 32 query rows
           # a plane (Tuning::matrix_plane_rows).
           forward-matrix-rows32) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_PLANE_ROWS=32 "$BIN/forward" --test-threads=${THREADS:-4}) ;;
+          # The same with S and O's staging in one tile (Tuning::matrix_shared_stage).
+          forward-matrix-shared) cmd=(env BURN_FLASH_FWD_PATH=matrix
+            BURN_FLASH_MATRIX_SHARED_STAGE=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
           # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
           # libtest would capture its message there) reaches the log.
           conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
@@ -316,7 +320,7 @@ for s in "$@"; do
         grep -v '^impl' "$OUT/mma.csv"; } > "$OUT/matrix.csv"
       grep -iE "warning|error" "$OUT/matrix.err" | head -5
       cat "$OUT/matrix.csv" ;;
-    prefetch|staggered|plane_softmax|wide_scores|plane_rows)
+    prefetch|staggered|plane_softmax|wide_scores|plane_rows|shared_stage)
       # The matrix paths forced (the backward on its one pass) with one of their options on and
       # off, one process each: prefetch, the streamed blocks fetched one block ahead
       # (Tuning::matrix_prefetch); staggered, the forward's rows 8-15 walking their columns one
@@ -325,16 +329,20 @@ for s in "$@"; do
       # bytes (the forward's S, its rows staggered in four groups; the gradient kernels' S and
       # dP, a strip's rows paired two apart: Tuning::matrix_wide_scores); plane_rows, the
       # forward's 32 query rows a plane against 16 (Tuning::matrix_plane_rows, forward only),
-      # then 32 in two planes a cube (-32x2). At AB_SHAPES (default: the six of issue 15's
-      # bar): $OUT/$s.csv (impl flash-matrix-$s-true, -false; -32, -16, -32x2).
+      # then 32 in two planes a cube (-32x2); shared_stage, the forward's S and O staging in
+      # one tile (Tuning::matrix_shared_stage, forward only), 16 then 32 rows a plane (-32true,
+      # -32false). At AB_SHAPES (default: the six of issue 15's bar): $OUT/$s.csv (impl
+      # flash-matrix-$s-true, -false; -32, -16, -32x2).
       var=BURN_FLASH_MATRIX_$(echo "$s" | tr a-z A-Z)
       if [ -n "${AB_SHAPES:-}" ]; then args=($AB_SHAPES); else args=("${EIGHT[@]:0:6}"); fi
       values=(true false)
       if [ "$s" = plane_rows ]; then values=(32 16 32x2); args+=(--fwd-only); fi
+      if [ "$s" = shared_stage ]; then values=(true false 32true 32false); args+=(--fwd-only); fi
       start=$SECONDS
       for on in "${values[@]}"; do
         case $on in
           32x2) setting=("$var=32" BURN_FLASH_MATRIX_PLANES=2) ;;
+          32true|32false) setting=("$var=${on#32}" BURN_FLASH_MATRIX_PLANE_ROWS=32) ;;
           *) setting=("$var=$on") ;;
         esac
         env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_BWD_PATH=matrix "${setting[@]}" \

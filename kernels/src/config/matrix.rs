@@ -69,6 +69,12 @@ pub struct MatrixConfig {
     /// `staggered`) the rows staggered in four groups of four instead of two of eight
     /// ([`crate::plan::Tuning::matrix_wide_scores`]).
     pub wide_scores: bool,
+    /// S's f32 tile and O's staging tile are one allocation ([`Self::stage_stride`] a row):
+    /// a plane reads its rows of S into its units before it stages O there (the rescale, the
+    /// end), so the two never hold data at once, and the cube declares the larger of the two
+    /// instead of both (f16, head dim 64, four planes of 16 rows, 64 keys: 54 KiB instead of 71;
+    /// `matrix_tuning`) ([`crate::plan::Tuning::matrix_shared_stage`]).
+    pub shared_stage: bool,
 }
 
 impl MatrixConfig {
@@ -133,8 +139,20 @@ impl MatrixConfig {
     /// Row stride of the f32 S tile, padded ([`score_row_pad_bytes`]: twice as much with
     /// `wide_scores`).
     pub fn score_stride(&self) -> u32 {
+        if self.shared_stage { self.stage_stride() } else { self.block_kv + self.score_pad() }
+    }
+
+    /// S's row padding in f32 ([`score_row_pad_bytes`]).
+    fn score_pad(&self) -> u32 {
         let pad = if self.padded { score_row_pad_bytes(self.wide_scores) } else { 0 };
-        self.block_kv + pad / F32_BYTES as u32
+        pad / F32_BYTES as u32
+    }
+
+    /// With `shared_stage`, the row stride of the one tile S and O's staging share: the longer
+    /// of their rows with S's padding, so that each plane's rows of either lie within its rows
+    /// of the tile (planes rescale their O while others still read their S).
+    pub fn stage_stride(&self) -> u32 {
+        self.block_kv.max(self.val_dim_tile()) + self.score_pad()
     }
 
     /// Groups of rows in a plane whose column walks are staggered (`staggered`): groups of 8
@@ -160,7 +178,30 @@ impl MatrixConfig {
 
     /// Row stride of the f32 O staging tile, padded.
     pub fn out_stride(&self) -> u32 {
-        self.val_dim_tile() + self.pad(F32_BYTES as u32)
+        if self.shared_stage {
+            self.stage_stride()
+        } else {
+            self.val_dim_tile() + self.pad(F32_BYTES as u32)
+        }
+    }
+
+    /// f32 of the S tile (with `shared_stage`, the tile O's staging shares): `block_q` rows,
+    /// and where the cube's rescale flag lives in this tile (without `plane_shuffles`) and S
+    /// does not hold it ([`Self::rescale_flag`]), one [`CMMA_ALIGN`] chunk after them.
+    pub fn score_tile_len(&self) -> u32 {
+        let rows = self.block_q * self.score_stride();
+        if self.shared_stage && !self.plane_shuffles {
+            rows + (CMMA_ALIGN / F32_BYTES) as u32
+        } else {
+            rows
+        }
+    }
+
+    /// Where in the S tile the cube's rescale flag lives without `plane_shuffles`: S's
+    /// element (0, 0), which only unit 0 reads; with `shared_stage` after the rows, which
+    /// plane 0 overwrites with its O while other planes may still read the flag.
+    pub fn rescale_flag(&self) -> u32 {
+        if self.shared_stage { self.block_q * self.score_stride() } else { 0 }
     }
 
     /// f32 per partial-statistics tile (maxima, sums): one per unit, or with `plane_shuffles`
@@ -178,7 +219,8 @@ impl MatrixConfig {
         let (dk, dv) = (self.head_stride() as usize, self.val_stride() as usize);
         let partials = self.partials() as usize * 2 * F32_BYTES;
         let staged = (bq * dk + bkv * dk + bkv * dv + bq * self.prob_stride() as usize) * self.elem_bytes as usize;
-        let f32_tiles = bq * (self.score_stride() + self.out_stride()) as usize * F32_BYTES;
+        let stage = if self.shared_stage { 0 } else { bq * self.out_stride() as usize };
+        let f32_tiles = (self.score_tile_len() as usize + stage) * F32_BYTES;
         staged + f32_tiles + partials
     }
 

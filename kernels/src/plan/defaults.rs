@@ -125,6 +125,15 @@ pub const MATRIX_GRADIENT_WIDE_SCORES: bool = false;
 /// (two planes of 32, which spill: 0.41-0.84x).
 pub const MATRIX_PLANE_ROWS: u32 = 16;
 
+/// Whether the matrix forward's S tile and O's staging tile share one allocation
+/// ([`Tuning::matrix_shared_stage`]): off until a GPU has measured it. It lowers what a cube
+/// declares where shared memory binds the cubes an SM holds or the blocks (f16, `matrix_tuning`):
+/// at head dim 64 on an H200 71 -> 54 KiB with four planes of 16 rows (by shared memory three
+/// cubes an SM -> four)
+/// and 124 -> 90 KiB with four planes of 32 (one -> two); in an MI300X's 64 KiB 64 keys a block
+/// instead of 32 at head dim 64.
+pub const MATRIX_SHARED_STAGE: bool = false;
+
 /// The values [`Tuning::matrix_plane_rows`] takes.
 pub const MATRIX_PLANE_ROWS_TAKEN: [u32; 2] = [16, 32];
 

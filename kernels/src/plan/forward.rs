@@ -133,13 +133,14 @@ impl fmt::Display for ForwardPlan {
             )?,
             ForwardConfig::Matrix(matrix) => write!(
                 f,
-                "block_q = {}, block_kv = {}, {} planes of {}{}{}",
+                "block_q = {}, block_kv = {}, {} planes of {}{}{}{}",
                 matrix.block_q,
                 matrix.block_kv,
                 matrix.num_planes(),
                 matrix.plane_size,
                 if matrix.f32_tiles { ", tiles in f32" } else { "" },
                 if matrix.prefetch { ", the next key/value block fetched ahead" } else { "" },
+                if matrix.shared_stage { ", S and O staged in one tile" } else { "" },
             )?,
             _ => write!(f, "block_q = {}, block_kv = {}", config.block_q(), config.block_kv())?,
         }

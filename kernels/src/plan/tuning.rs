@@ -72,6 +72,10 @@ pub struct Tuning {
     /// where the plane has at least 32 units (every GPU plane; the stand-in's 64) and a block of
     /// 32-row planes fits the device, else 16.
     pub matrix_plane_rows: Option<u32>,
+    /// Whether the matrix forward's S tile and O's staging tile share one allocation
+    /// ([`crate::config::MatrixConfig::shared_stage`]): less shared memory a cube, so more
+    /// cubes an SM or larger blocks where shared memory binds; `None`: [`MATRIX_SHARED_STAGE`].
+    pub matrix_shared_stage: Option<bool>,
     /// Planes per cube of the matrix forward (1, 2 or 4) instead of the most that fit; an error
     /// where that many do not fit.
     pub matrix_forward_planes: Option<u32>,
@@ -175,6 +179,11 @@ impl Tuning {
 
     pub fn with_matrix_plane_rows(mut self, rows: Option<u32>) -> Self {
         self.matrix_plane_rows = rows;
+        self
+    }
+
+    pub fn with_matrix_shared_stage(mut self, shared_stage: Option<bool>) -> Self {
+        self.matrix_shared_stage = shared_stage;
         self
     }
 

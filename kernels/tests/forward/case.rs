@@ -30,6 +30,9 @@ pub(crate) struct Case {
     pub(crate) stand_in: Option<bool>,
     /// The matrix forward's query rows per plane, over the test run's (`Tuning::matrix_plane_rows`).
     pub(crate) plane_rows: Option<u32>,
+    /// The matrix forward's S and O staging in one tile (`Tuning::matrix_shared_stage`), over
+    /// the test run's.
+    pub(crate) shared_stage: Option<bool>,
 }
 
 /// The shape, dtype, options and layout of the case.
@@ -48,6 +51,7 @@ pub(crate) fn case(dtype: FloatKind, head_dim: usize, seq_q: usize, seq_kv: usiz
         path: None,
         stand_in: None,
         plane_rows: None,
+        shared_stage: None,
     }
 }
 
@@ -131,13 +135,21 @@ impl Case {
             ..self
         }
     }
+    /// S and O's staging in one tile on the matrix path (`Tuning::matrix_shared_stage`).
+    pub(crate) fn shared_stage(self) -> Self {
+        Case {
+            shared_stage: Some(true),
+            ..self
+        }
+    }
     /// The planner's tuning for the case: the test run's (`support::planning::tuning`), its
-    /// forced path and plane rows over the run's, its stand-in.
+    /// forced path, plane rows and shared stage over the run's, its stand-in.
     pub(crate) fn tuning(&self) -> Tuning {
         let run = planning::tuning();
         let tuning = run
             .with_forward_path(self.path.or(run.forward_path))
-            .with_matrix_plane_rows(self.plane_rows.or(run.matrix_plane_rows));
+            .with_matrix_plane_rows(self.plane_rows.or(run.matrix_plane_rows))
+            .with_matrix_shared_stage(self.shared_stage.or(run.matrix_shared_stage));
         match self.stand_in {
             Some(f32_tiles) => tuning.with_matrix_stand_in(true).with_matrix_f32_tiles(f32_tiles),
             None => tuning,

@@ -42,6 +42,14 @@ forward_cases! {
     bf16_matrix_rows32_large_logits_strided_hd64_q113_kv203: case(BF16, 64, 113, 203).heads(2, 2).matrix().plane_rows_32().scale(2.0).strided();
     f32_matrix_stand_in_rows32_all_options_hd33_dv80_q77_kv90: case(F32, 33, 77, 90).val_dim(80).matrix_stand_in(false).plane_rows_32().softcap(2.0).mask().bias().causal();
     f16_matrix_stand_in_f32_tiles_rows32_large_logits_quiet_masked_rows_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).plane_rows_32().scale(2.0).quiet().masked_rows().causal();
+    // S and O's staging in one tile (`Tuning::matrix_shared_stage`): large logits rescale O
+    // through S's rows, val_dim 80 makes the tile's rows O's (longer than 64 keys).
+    f16_matrix_shared_stage_large_logits_hd64_q113_kv203: case(F16, 64, 113, 203).matrix().shared_stage().scale(2.0);
+    bf16_matrix_shared_stage_rows32_large_logits_causal_hd128_q1023_kv1024: case(BF16, 128, 1023, 1024).matrix().plane_rows_32().shared_stage().scale(2.0).causal();
+    f16_matrix_shared_stage_quiet_all_options_hd33_dv80_q203_kv113: case(F16, 33, 203, 113).val_dim(80).matrix().shared_stage().quiet().softcap(2.0).masked_rows().bias().causal();
+    f32_matrix_stand_in_shared_stage_large_logits_all_options_hd33_dv80_q77_kv90: case(F32, 33, 77, 90).val_dim(80).matrix_stand_in(false).shared_stage().scale(2.0).softcap(2.0).mask().bias().causal();
+    f16_matrix_stand_in_f32_tiles_shared_stage_rows32_large_logits_masked_rows_hd64_q203_kv113: case(F16, 64, 203, 113).matrix_stand_in(true).plane_rows_32().shared_stage().scale(2.0).masked_rows().causal();
+    f32_matrix_stand_in_shared_stage_dropout_large_logits_hd64_q113_kv203: case(F32, 64, 113, 203).matrix_stand_in(false).shared_stage().scale(2.0).dropout(0.3, 11);
     // The mma path, forced (skips where the device has no register mma for the dtype).
     f16_mma_hd64_q113_kv203: case(F16, 64, 113, 203).mma();
     bf16_mma_hd128_q1024_kv1024: case(BF16, 128, 1024, 1024).mma();

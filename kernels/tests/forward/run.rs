@@ -109,6 +109,9 @@ pub(crate) fn run(name: &str, case: Case) {
     if let (Some(rows), ForwardConfig::Matrix(config)) = (case.plane_rows, &plan.config) {
         assert_eq!(config.plane_rows(), rows, "{name}: planned {plan}");
     }
+    if let (Some(shared), ForwardConfig::Matrix(config)) = (case.shared_stage, &plan.config) {
+        assert_eq!(config.shared_stage, shared, "{name}: planned {plan}");
+    }
     flash_attention_forward(&client, p, &plan, tensors)
         .unwrap_or_else(|e| panic!("{name} (seed {seed}): launch refused: {e}"));
     println!("{name}: {plan}");

@@ -36,10 +36,11 @@ fn blocks_flag(var: &str) -> Option<MmaBlocks> {
 /// not staggering the matrix forward's rows 8-15 (on by default), with
 /// `BURN_FLASH_MATRIX_PLANE_SOFTMAX=false` keeping the matrix kernels' softmax in shared memory
 /// where the device has plane operations (in each plane by default), with
-/// `BURN_FLASH_MATRIX_WIDE_SCORES=true` padding the matrix forward's S rows by 32 bytes, its rows
-/// staggered in four groups (off by default), with `BURN_FLASH_MATRIX_PLANE_ROWS=32` 32 query
-/// rows a plane in the matrix forward (16 by default), with `BURN_FLASH_MATRIX_PLANES=N` N planes a
-/// cube in the matrix forward (the most that fit by default); the
+/// `BURN_FLASH_MATRIX_WIDE_SCORES=false` padding the matrix forward's S rows by 16 bytes, not 32
+/// with its rows staggered in four groups (the default), with `BURN_FLASH_MATRIX_PLANE_ROWS=32`
+/// 32 query rows a plane in the matrix forward (16 by default), with `BURN_FLASH_MATRIX_PLANES=N`
+/// N planes a cube in the matrix forward (the most that fit by default), with
+/// `BURN_FLASH_MATRIX_SHARED_STAGE=true` its S and O staging in one tile (off by default); the
 /// forward's path of `BURN_FLASH_FWD_PATH` (forced, where a case does not force its own: the
 /// suite on one path); the mma kernels' head-dim products rolled or unrolled in the source with
 /// `BURN_FLASH_ROLLED` (`true` / `false`, `Tuning::rolled_steps`); their streams by `cp.async`
@@ -62,6 +63,7 @@ pub fn tuning() -> Tuning {
     let wide_scores = parsed_env("BURN_FLASH_MATRIX_WIDE_SCORES");
     let plane_rows = parsed_env("BURN_FLASH_MATRIX_PLANE_ROWS");
     let planes = parsed_env("BURN_FLASH_MATRIX_PLANES");
+    let shared_stage = parsed_env("BURN_FLASH_MATRIX_SHARED_STAGE");
     let forward_path = parsed_env("BURN_FLASH_FWD_PATH");
     let dq = parsed_env("BURN_FLASH_DQ");
     let width = parsed_env("BURN_FLASH_DQ_WIDTH");
@@ -92,6 +94,7 @@ pub fn tuning() -> Tuning {
         .with_matrix_wide_scores(wide_scores)
         .with_matrix_plane_rows(plane_rows)
         .with_matrix_forward_planes(planes)
+        .with_matrix_shared_stage(shared_stage)
         .with_forward_path(forward_path)
 }
 

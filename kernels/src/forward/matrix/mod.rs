@@ -196,15 +196,18 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
                 masked_pass,
             );
         }
-        // Without shuffles the cube's rescale flag lives in `s[0]`, which needs no shared
-        // memory of its own (at head dim 128 an MI300X's 64 KiB hold the tiles with no byte to
-        // spare): S's element (0, 0) is read by unit 0 alone (row 0, lane 0, its first column;
-        // row 0 is never staggered), so unit 0 clears the flag once it has its logits; units set
-        // it only after `block_alpha`'s sync, which every read of S precedes, and read it after
-        // `block_probabilities`' sync; the next block's S stores come after its first sync,
-        // which every read of the flag precedes.
+        // Without shuffles the cube's rescale flag lives in the S tile (`rescale_flag`): in
+        // `s[0]` it needs no shared memory of its own (at head dim 128 an MI300X's 64 KiB hold
+        // the tiles with no byte to spare): S's element (0, 0) is read by unit 0 alone (row 0,
+        // lane 0, its first column; row 0 is never staggered), so unit 0 clears the flag once
+        // it has its logits; units set it only after `block_alpha`'s sync, which every read of
+        // S precedes, and read it after `block_probabilities`' sync; the next block's S stores
+        // come after its first sync, which every read of the flag precedes. With
+        // `shared_stage` plane 0 stages O over `s[0]` while other units may still read the
+        // flag: it has a word after S's rows then.
+        let flag = comptime!(config.rescale_flag() as usize);
         if comptime!(!config.plane_shuffles) && UNIT_POS == 0 {
-            tiles.s[0] = 0.0f32;
+            tiles.s[flag] = 0.0f32;
         }
         // O stays in the planes' fragments, which only a round trip through shared memory can
         // scale row by row: the rows' maxima move lazily (FA-4's rescaling, P at most 2^8), so
@@ -227,7 +230,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
             if comptime!(config.plane_shuffles) {
                 tiles.partial_max[0] = 1.0f32;
             } else {
-                tiles.s[0] = 1.0f32;
+                tiles.s[flag] = 1.0f32;
             }
         }
         block_probabilities::<T>(
@@ -257,7 +260,7 @@ impl<F: Float, M: Int, T: Float, Mm: TileMma, N: Size> BlockStep<F, Vector<F, N>
         } else if comptime!(config.plane_shuffles) {
             tiles.partial_max[0] != 0.0f32
         } else {
-            tiles.s[0] != 0.0f32
+            tiles.s[flag] != 0.0f32
         };
         if rescale {
             tiles::rescale_o::<F, T, Mm, N>(tiles, role, plane_row, alpha, config);

@@ -21,13 +21,14 @@ pub(crate) struct Tiles<F: Float, T: Float, Mm: TileMma, N: Size> {
     pub(super) k: SharedMemory<T>,
     /// `[block_kv, val_stride]` in T, one value block, zero-padded.
     pub(super) v: SharedMemory<T>,
-    /// `[block_q, score_stride]` f32: raw `q · k` of the current block. Once the logits are
-    /// read, `s[0]` is the cube's rescale flag for the block (see `MatrixStep::attend`).
+    /// `[block_q, score_stride]` f32: raw `q · k` of the current block. Without plane shuffles
+    /// `s[MatrixConfig::rescale_flag]` is the cube's rescale flag for the block once the logits
+    /// are read (see `MatrixStep::attend`).
     pub(super) s: SharedMemory<f32>,
     /// `[block_q, prob_stride]` in T: the probabilities, A operand of `P V`.
     pub(super) p: SharedMemory<T>,
     /// `[block_q, out_stride]` f32: where O's fragments pass through when a row's running
-    /// max moves (the rescale) and at the end.
+    /// max moves (the rescale) and at the end; with `MatrixConfig::shared_stage` the `s` tile.
     pub(super) o_stage: SharedMemory<f32>,
     /// One f32 per unit: partial row maxima.
     pub(super) partial_max: SharedMemory<f32>,
@@ -53,31 +54,36 @@ pub(super) fn query_tiles<F: Float, T: Float, Mm: TileMma, N: Size>(
 ) -> Tiles<F, T, Mm, N> {
     let units = comptime!(config.units());
     let dk = comptime!(config.head_dim_tile());
+    // Lengths in elements: Q, K, V, S (with the flag's word), P, O's staging.
+    let (bq, bkv, dk_stride, dv_stride) = comptime!((
+        config.block_q as usize,
+        config.block_kv as usize,
+        config.head_stride() as usize,
+        config.val_stride() as usize,
+    ));
+    let (s_len, p_len, o_len) = comptime!((
+        config.score_tile_len() as usize,
+        bq * config.prob_stride() as usize,
+        bq * config.out_stride() as usize,
+    ));
+    let q_tile = SharedMemory::new_aligned(comptime!(bq * dk_stride), CMMA_ALIGN);
+    let k = SharedMemory::new_aligned(comptime!(bkv * dk_stride), CMMA_ALIGN);
+    let v = SharedMemory::new_aligned(comptime!(bkv * dv_stride), CMMA_ALIGN);
+    let s = SharedMemory::new_aligned(s_len, CMMA_ALIGN);
+    let p = SharedMemory::new_aligned(p_len, CMMA_ALIGN);
+    // With `shared_stage` O's staging is S's tile (the same allocation), else its own.
+    let o_stage = if comptime!(config.shared_stage) {
+        s.clone()
+    } else {
+        SharedMemory::new_aligned(o_len, CMMA_ALIGN)
+    };
     let mut tiles = Tiles::<F, T, Mm, N> {
-        q: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.head_stride()) as usize),
-            CMMA_ALIGN,
-        ),
-        k: SharedMemory::new_aligned(
-            comptime!((config.block_kv * config.head_stride()) as usize),
-            CMMA_ALIGN,
-        ),
-        v: SharedMemory::new_aligned(
-            comptime!((config.block_kv * config.val_stride()) as usize),
-            CMMA_ALIGN,
-        ),
-        s: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.score_stride()) as usize),
-            CMMA_ALIGN,
-        ),
-        p: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.prob_stride()) as usize),
-            CMMA_ALIGN,
-        ),
-        o_stage: SharedMemory::new_aligned(
-            comptime!((config.block_q * config.out_stride()) as usize),
-            CMMA_ALIGN,
-        ),
+        q: q_tile,
+        k,
+        v,
+        s,
+        p,
+        o_stage,
         partial_max: SharedMemory::new(comptime!(config.partials() as usize)),
         partial_sum: SharedMemory::new(comptime!(config.partials() as usize)),
         o: zero_tiles::<Mm>(

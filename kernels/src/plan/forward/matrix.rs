@@ -5,7 +5,8 @@ use crate::problem::{AttentionProblem, FloatKind};
 
 use super::super::device::DeviceCaps;
 use super::super::{
-    MATRIX_PLANE_ROWS, MATRIX_PLANES, MATRIX_WIDE_SCORES, STAND_IN_PLANE_SIZE, Tuning,
+    MATRIX_PLANE_ROWS, MATRIX_PLANES, MATRIX_SHARED_STAGE, MATRIX_WIDE_SCORES,
+    STAND_IN_PLANE_SIZE, Tuning,
 };
 use super::{precise_math, too_big};
 
@@ -26,6 +27,7 @@ pub(super) fn matrix_config(
 ) -> Result<MatrixConfig, FlashError> {
     let plane_size = if stand_in { STAND_IN_PLANE_SIZE } else { caps.plane_size() };
     let wide_scores = tuning.matrix_wide_scores.unwrap_or(MATRIX_WIDE_SCORES);
+    let shared_stage = tuning.matrix_shared_stage.unwrap_or(MATRIX_SHARED_STAGE);
     if plane_size < MATRIX_TILE || !plane_size.is_multiple_of(MATRIX_TILE) {
         return Err(FlashError::Device(format!(
             "the matrix path needs a plane size that is a multiple of {MATRIX_TILE}, got {plane_size}"
@@ -75,6 +77,7 @@ pub(super) fn matrix_config(
             plane_shuffles: false,
             plane_sync: false,
             wide_scores: wide,
+            shared_stage,
         })
         .find(|config| caps.fits(config.shared_memory_bytes(), config.units()))
         .ok_or_else(|| too_big(caps, problem))
