@@ -40,6 +40,8 @@
 # (both with Burn's rows take about 290 s). PTESTS picks ptests' suites.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# ptest_cmd: the command line of each of the ptests step's suites.
+source scripts/device/ptests.sh
 # BIN: where the binaries are unpacked (another folder for a second run.sh in parallel).
 BIN=${BIN:-/tmp/flash-bin}
 mkdir -p "$BIN" "${OUT:=/tmp/out}"
@@ -140,50 +142,7 @@ for s in "$@"; do
       export FLASH_CASE_THREADS=${CASE_THREADS:-4}
       start=$SECONDS
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
-        case $run in
-          forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
-          # The backward suite (BWD_FILTER picks tests) on the planner's default path.
-          backward) cmd=("$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The whole backward suite on the one-pass path (dQ by atomic adds).
-          backward-atomic) cmd=(env BURN_FLASH_DQ=atomic "$BIN/backward" --test-threads=${THREADS:-4}) ;;
-          # The backward suite (BWD_FILTER picks tests) on the matrix backward wherever the
-          # device has cmma for the dtype (f16 / bf16 on CUDA; f32 keeps its path).
-          backward-matrix) cmd=(env BURN_FLASH_BWD_PATH=matrix "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The same on the matrix one pass (dQ by atomic adds in the matrix dK/dV kernel).
-          backward-matrix-atomic) cmd=(env BURN_FLASH_BWD_PATH=matrix BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The matrix tests of the backward and forward suites (the matrix paths asked for).
-          matrix-backward) cmd=("$BIN/backward" matrix --test-threads=${THREADS:-4}) ;;
-          matrix-forward) cmd=("$BIN/forward" matrix --test-threads=${THREADS:-4}) ;;
-          # The whole forward suite on the matrix forward where the device has cmma for the
-          # dtype (cases that force the mma path keep it; f32 cases skip: cmma rounds to tf32).
-          forward-matrix) cmd=(env BURN_FLASH_FWD_PATH=matrix "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-          # The mma kernels with their head-dim products as loops in the source
-          # (Tuning::rolled_steps): the forward suite, and the backward's BWD_FILTER tests.
-          forward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-          backward-rolled) cmd=(env BURN_FLASH_ROLLED=true "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          backward-atomic-rolled) cmd=(env BURN_FLASH_ROLLED=true BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The mma kernels streaming through registers (Tuning::async_copy off): the forward
-          # suite, and the backward's BWD_FILTER tests (two kernels, and the one pass).
-          forward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-          backward-staged) cmd=(env BURN_FLASH_ASYNC=false "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          backward-atomic-staged) cmd=(env BURN_FLASH_ASYNC=false BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The backward suite (BWD_FILTER picks tests) with the mma gradient kernels' dK, dV and
-          # dQ in 16-byte chunks (Tuning::backward_chunked_output), two kernels and the one pass.
-          backward-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true "$BIN/backward"
-            ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          backward-atomic-chunked) cmd=(env BURN_FLASH_MMA_BWD_CHUNKED_OUTPUT=true
-            BURN_FLASH_DQ=atomic "$BIN/backward" ${BWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
-          # The whole forward suite on the matrix forward (as forward-matrix) with 32 query rows
-          # a plane (Tuning::matrix_plane_rows).
-          forward-matrix-rows32) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_PLANE_ROWS=32 "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-          # The same with S and O's staging in one tile (Tuning::matrix_shared_stage).
-          forward-matrix-shared) cmd=(env BURN_FLASH_FWD_PATH=matrix
-            BURN_FLASH_MATRIX_SHARED_STAGE=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-          # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
-          # libtest would capture its message there) reaches the log.
-          conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;
-          *) cmd=("$BIN/$run" --test-threads=${THREADS:-4}) ;;
-        esac
+        ptest_cmd "$run"
         (timeout "${STEP_TIMEOUT:-420}" "${cmd[@]}" > "$OUT/p-$run.log" 2>&1
          echo "== $run: exit $?, $((SECONDS - start)) s") &
       done
