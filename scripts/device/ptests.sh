@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by run.sh: ptest_cmd NAME sets `cmd` to the command line of one of `run.sh ptests`'
-# suites (its header lists the names); $BIN holds the binaries, THREADS the test threads and
-# BWD_FILTER the backward suite's test filter where an entry takes one.
+# suites (its header lists the names); $BIN holds the binaries, THREADS the test threads,
+# BWD_FILTER / FWD_FILTER the backward / forward suite's test filter where an entry takes one.
 ptest_cmd() {
   case $1 in
     forward-rows32) cmd=(env BURN_FLASH_MMA=4,64,32 "$BIN/forward" --test-threads=4) ;;
@@ -39,9 +39,10 @@ ptest_cmd() {
     # The whole forward suite on the matrix forward (as forward-matrix) with 32 query rows
     # a plane (Tuning::matrix_plane_rows).
     forward-matrix-rows32) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_PLANE_ROWS=32 "$BIN/forward" --test-threads=${THREADS:-4}) ;;
-    # The same with S and O's staging in one tile (Tuning::matrix_shared_stage).
-    forward-matrix-shared) cmd=(env BURN_FLASH_FWD_PATH=matrix
-      BURN_FLASH_MATRIX_SHARED_STAGE=true "$BIN/forward" --test-threads=${THREADS:-4}) ;;
+    # The same with S and O's staging in one tile (Tuning::matrix_shared_stage; FWD_FILTER
+    # picks tests).
+    forward-matrix-shared) cmd=(env BURN_FLASH_FWD_PATH=matrix BURN_FLASH_MATRIX_SHARED_STAGE=true
+      "$BIN/forward" ${FWD_FILTER:-} --test-threads=${THREADS:-4}) ;;
     # --nocapture: a panic on CubeCL's device thread (spawned inside the first test, so
     # libtest would capture its message there) reaches the log.
     conformance) cmd=("$BIN/conformance" --test-threads=1 --nocapture) ;;

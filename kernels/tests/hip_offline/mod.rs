@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod checks;
+pub mod sources;
 pub mod variants;
 
 use core::marker::PhantomData;
