@@ -73,7 +73,7 @@ pub(super) fn query_tiles<F: Float, T: Float, Mm: TileMma, N: Size>(
     let p = SharedMemory::new_aligned(p_len, CMMA_ALIGN);
     // With `shared_stage` O's staging is S's tile (the same allocation), else its own.
     let o_stage = if comptime!(config.shared_stage) {
-        s.clone()
+        s
     } else {
         SharedMemory::new_aligned(o_len, CMMA_ALIGN)
     };
