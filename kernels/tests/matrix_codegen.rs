@@ -339,6 +339,36 @@ fn matrix_forward_widens_its_score_rows_where_asked() {
     assert_fits_the_plan("wide scores", &source, shared, config.shared_memory_bytes());
 }
 
+/// With `Tuning::matrix_shared_stage` the matrix forward declares S's tile once for S and O's
+/// staging: the shared memory the planner counts, less than the same blocks apart, at 16 and 32
+/// rows a plane (dumped for the offline sm_90a report).
+#[test]
+fn matrix_forward_stages_s_and_o_in_one_tile_where_asked() {
+    let client = support::client();
+    let props = support::h200(client.properties());
+    let caps = DeviceCaps::new(&props, planning::SIMULATED);
+    for (dtype, head_dim, rows) in [(FloatKind::F16, 64, 16), (FloatKind::F16, 64, 32)] {
+        let case = problem(dtype, head_dim, head_dim, 203, 203);
+        let tuning = planning::tuning()
+            .with_forward_path(Some(ForwardPath::Matrix))
+            .with_matrix_plane_rows(Some(rows))
+            .with_matrix_shared_stage(Some(true));
+        let plan = planning::forward_plan_tuned(&caps, &case, Layout::CHUNKED, &tuning);
+        let plan = plan.expect("planned");
+        let ForwardConfig::Matrix(config) = plan.config else { panic!("{plan}") };
+        assert!(config.shared_stage, "{config:?}");
+        let apart = MatrixConfig { shared_stage: false, ..config };
+        let what = format!("{dtype:?} head dim {head_dim}, {rows} rows");
+        let (source, shared) = matrix_source::<half::f16, u32>(&client, config, 8);
+        let (apart_source, apart_shared) = matrix_source::<half::f16, u32>(&client, apart, 8);
+        dump(&format!("matrix_F16_hd{head_dim}_rows{rows}_shared_stage.cu"), &source);
+        dump(&format!("matrix_F16_hd{head_dim}_rows{rows}_apart.cu"), &apart_source);
+        assert_fits_the_plan(&what, &source, shared, config.shared_memory_bytes());
+        assert_fits_the_plan(&what, &apart_source, apart_shared, apart.shared_memory_bytes());
+        assert!(shared < apart_shared, "{what}: {shared} bytes, {apart_shared} apart");
+    }
+}
+
 /// With `Tuning::matrix_plane_rows` = 32 each plane of the matrix forward runs two row tiles
 /// (one unit a row on the H200's 32-unit planes): the kernel declares the shared memory the
 /// planner counts, and loads fewer fragments per product than with 16 rows a plane (each K and V
