@@ -48,9 +48,10 @@ pub const FORWARD_CHUNKED_OUTPUT: bool = true;
 /// instead of 161 and none. On an H100 (bf16, binaries of dedce7f, two process pairs,
 /// benches/RESULTS.md 2026-12-07) it ran forward + backward 1.08-1.10x as fast at (64,12,1024,64),
 /// 1.03-1.06x at (16,16,2048,64) and (16,16,2048,128), 1.00-1.04x at the other shapes of issue
-/// 15 (0.99 once at (1,16,32768,128); the host-bound (6,12,512,32) aside); its suite there
-/// passed 9 of the 15 tests asked for, none
-/// failed, 6 unfinished at the call's cut (the mma sweep, the one pass, features, reruns).
+/// 15 (0.99 once at (1,16,32768,128); the host-bound (6,12,512,32) aside). Its suites on H100s
+/// (2026-12-07 and 2026-12-08, benches/RESULTS.md): no test failed, but the one pass's two rule
+/// tests and the bf16 reruns never finished within a call, and the one pass is the default
+/// from 2048 keys.
 pub const BACKWARD_CHUNKED_OUTPUT: bool = false;
 
 /// Whether the matrix kernels read their inputs in 16-byte vectors where they can
@@ -126,12 +127,15 @@ pub const MATRIX_GRADIENT_WIDE_SCORES: bool = false;
 pub const MATRIX_PLANE_ROWS: u32 = 16;
 
 /// Whether the matrix forward's S tile and O's staging tile share one allocation
-/// ([`Tuning::matrix_shared_stage`]): off until a GPU has measured it. It lowers what a cube
-/// declares where shared memory binds the cubes an SM holds or the blocks (f16, `matrix_tuning`):
-/// at head dim 64 on an H200 71 -> 54 KiB with four planes of 16 rows (by shared memory three
-/// cubes an SM -> four)
-/// and 124 -> 90 KiB with four planes of 32 (one -> two); in an MI300X's 64 KiB 64 keys a block
-/// instead of 32 at head dim 64.
+/// ([`Tuning::matrix_shared_stage`]). It lowers what a cube declares (f16, `matrix_tuning`): at
+/// head dim 64 on an H200 71 -> 54 KiB with four planes of 16 rows (by shared memory three cubes
+/// an SM -> four) and 124 -> 90 KiB with four planes of 32 (one -> two); in an MI300X's 64 KiB
+/// it buys 64 keys a block instead of 32 at head dims 64 and 96, never a second cube. On an H100
+/// (bf16, benches/RESULTS.md 2026-12-08, 18023fd) the matrix forward ran 1.06-1.09x as fast with
+/// it at head dim 64 (1.41-1.48x at 32 rows a plane), 0.95-1.00x at 128 and 0.97-0.99x at 32
+/// (16 rows; two cubes an SM at 128 and four at 32 either way): it pays where it adds a cube,
+/// which the planner cannot tell without an SM's shared memory. Off: the forward suite has not
+/// run with it on a GPU.
 pub const MATRIX_SHARED_STAGE: bool = false;
 
 /// The values [`Tuning::matrix_plane_rows`] takes.
