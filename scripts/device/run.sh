@@ -30,7 +30,8 @@
 # matrix-backward,
 # matrix-forward, wave64, conformance, nn, or any other test
 # binary by name. Each test runs its cases on CASE_THREADS threads (FLASH_CASE_THREADS, default
-# 4): nvrtc compiles a case's kernels on one core, and a test's cases otherwise run in order.
+# 4): nvrtc compiles a case's kernels on one core, and a test's cases otherwise run in order;
+# CASE_DTYPES (FLASH_CASE_DTYPES, e.g. f16,bf16) runs only those dtypes' cases.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
@@ -140,6 +141,7 @@ for s in "$@"; do
       # The device suites at once (nvrtc compiles on 16 cores): forward (default blocks, and
       # 32-row planes everywhere), backward, wave64 and conformance (PTESTS picks some).
       export FLASH_CASE_THREADS=${CASE_THREADS:-4}
+      if [ -n "${CASE_DTYPES:-}" ]; then export FLASH_CASE_DTYPES=$CASE_DTYPES; fi
       start=$SECONDS
       for run in ${PTESTS:-forward forward-rows32 backward wave64 conformance}; do
         ptest_cmd "$run"

@@ -7,6 +7,8 @@ use burn_flash_attn_kernels::problem::{AttentionProblem, FloatKind};
 use burn_flash_attn_kernels::reference::{Forward, Precision};
 use burn_flash_attn_kernels::tolerance::{GRADIENT_FACTOR, OUTPUT_FACTOR, check};
 
+use super::case::Case;
+
 /// The [`Precision`] of the plain implementation in a float kind.
 pub fn precision(kind: FloatKind) -> Precision {
     match kind {
@@ -97,9 +99,33 @@ fn case_threads() -> usize {
     std::env::var("FLASH_CASE_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).max(1)
 }
 
-/// Runs `run` on every case (on [`case_threads`] threads) and fails with all the failures at
-/// once, in the cases' order.
-pub fn run_all<C: Sync>(cases: &[C], run: impl Fn(&C) -> Result<(), String> + Sync) {
+/// The dtypes whose cases run: `FLASH_CASE_DTYPES`, a comma-separated list of `f16`, `bf16`,
+/// `f32` (default: all). A device run that checks only the half-precision kernels (e.g. an mma
+/// option: f32 takes the portable path on CUDA) sets `f16,bf16` so that a test's f32 cases do
+/// not take its time; CI sets nothing.
+fn case_dtypes() -> Vec<FloatKind> {
+    let Ok(list) = std::env::var("FLASH_CASE_DTYPES") else {
+        return vec![FloatKind::F16, FloatKind::BF16, FloatKind::F32];
+    };
+    list.split(',')
+        .map(|name| match name.trim() {
+            "f16" => FloatKind::F16,
+            "bf16" => FloatKind::BF16,
+            "f32" => FloatKind::F32,
+            other => panic!("FLASH_CASE_DTYPES: {other:?} is not f16, bf16 or f32"),
+        })
+        .collect()
+}
+
+/// Runs `run` on every case of [`case_dtypes`] (on [`case_threads`] threads) and fails with all
+/// the failures at once, in the cases' order.
+pub fn run_all(cases: &[Case], run: impl Fn(&Case) -> Result<(), String> + Sync) {
+    let dtypes = case_dtypes();
+    let selected: Vec<&Case> = cases.iter().filter(|case| dtypes.contains(&case.dtype)).collect();
+    if selected.len() < cases.len() {
+        println!("FLASH_CASE_DTYPES: {} of {} cases run", selected.len(), cases.len());
+    }
+    let cases = &selected[..];
     let threads = case_threads().min(cases.len());
     let failures: Vec<String> = if threads <= 1 {
         cases.iter().filter_map(|case| run(case).err()).collect()
