@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the device machine: registers and spills of every mma kernel variant that
-# tests/mma_codegen.rs expands (forward: both row tilings x 1/2 key/value buffers; backward:
+# tests/mma_codegen/ expands (forward: both row tilings x 1/2 key/value buffers; backward:
 # 1/2 inner buffers), from `nvcc --resource-usage` on the CUDA sources it dumps. Needs nvcc.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
