@@ -21,5 +21,5 @@ TOOLS=$(cd "$TOOLS" && pwd)
 rm -rf "$OUT/cu"
 mkdir -p "$OUT/cu"
 FLASH_DUMP_DIR="$(cd "$OUT/cu" && pwd)" cargo test -q -p burn-flash-attn-kernels --test mma_codegen -- \
-  --exact cubecl_codegen_time_of_the_bench_configs --ignored > "$OUT/codegen.log"
+  --exact bench_configs::cubecl_codegen_time_of_the_bench_configs --ignored > "$OUT/codegen.log"
 python3 scripts/cuda/sass_report.py "$TOOLS" "$OUT/sass.csv" "$OUT"/cu/bench_*.cu "$OUT"/cu/staged_*.cu
