@@ -25,7 +25,7 @@ use cubecl::prelude::*;
 use super::contiguous_scratch;
 use crate::checks::stand_in;
 use super::elementwise::{
-    UNITS, cube_count, cubes_of, element_index, flat_cube, offset, split_index,
+    UNITS, cube_count, element_index, offset, row_block, row_block_grid, split_index,
 };
 use crate::plan::rows_in_vectors;
 use crate::problem::FloatKind;
@@ -186,8 +186,7 @@ pub(crate) fn launch_finish_dq<R: Runtime, F: Float>(
     unsafe {
         if dim_in_quads {
             let rows = finish_rows(quads as u32);
-            let row_blocks = seq.div_ceil(rows as usize) as u32;
-            let cubes = cubes_of((batch * heads) as u32 * row_blocks);
+            let (row_blocks, cubes) = row_block_grid(batch * heads, seq, rows);
             finish_dq_rows::launch_unchecked::<F, R>(
                 client, cubes, dim3, width, acc, dq_arg, scale, row_blocks, rows, quads as u32,
             )
@@ -247,8 +246,7 @@ fn finish_dq_rows<F: Float, N: Size>(
 ) {
     let width = dq.vector_size();
     let (heads, seq) = (dq.shape(1) as u32, dq.shape(2) as u32);
-    let cube = flat_cube();
-    let (batch_head, first) = (cube / row_blocks, (cube % row_blocks) * rows);
+    let (batch_head, first) = row_block(row_blocks, rows);
     if batch_head < dq.shape(0) as u32 * heads {
         let (batch, head) = (batch_head / heads, batch_head % heads);
         let base = batch as usize * dq.stride(0) + head as usize * dq.stride(1);

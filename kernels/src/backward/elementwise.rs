@@ -1,6 +1,7 @@
 //! One unit per element of a `[batch, heads, seq, dim]` tensor: the launch geometry and the
 //! index arithmetic of the backward's small element-wise kernels (the grouped-query sum of
-//! dK / dV, the one-pass dQ's zero fill and finish).
+//! dK / dV, the one-pass dQ's zero fill and finish); and one cube per block of rows of one
+//! (batch, head) (the preprocess, dQ's finish by rows).
 use cubecl::prelude::*;
 
 /// Units per cube.
@@ -28,8 +29,22 @@ pub(crate) fn flat_cube() -> u32 {
 /// This unit's element (may be past the end: callers check).
 #[cube]
 pub(crate) fn element_index() -> usize {
-    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
-    cube * UNITS as usize + UNIT_POS as usize
+    flat_cube() as usize * UNITS as usize + UNIT_POS as usize
+}
+
+/// Blocks of `rows` rows of each of `batch_heads` (batch, head) pairs of `seq` rows, one cube
+/// each: the blocks per pair (the kernels' `row_blocks`, for [`row_block`]) and the grid.
+pub(crate) fn row_block_grid(batch_heads: usize, seq: usize, rows: u32) -> (u32, CubeCount) {
+    let row_blocks = seq.div_ceil(rows as usize) as u32;
+    (row_blocks, cubes_of(batch_heads as u32 * row_blocks))
+}
+
+/// This cube's block in a grid of [`row_block_grid`]: its pair `batch * heads + head` (past
+/// the last pair in the grid's last row: callers check) and its first row.
+#[cube]
+pub(crate) fn row_block(row_blocks: u32, #[comptime] rows: u32) -> (u32, u32) {
+    let cube = flat_cube();
+    (cube / row_blocks, (cube % row_blocks) * rows)
 }
 
 /// `(batch, head, row, col)` of element `index` of a contiguous tensor of `like`'s shape.

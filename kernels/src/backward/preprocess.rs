@@ -18,7 +18,7 @@
 //! (benches/RESULTS.md, 2026-12-04: 0.11 ms for the 134 MB of o and d_out at (16,16,2048,64)).
 use cubecl::prelude::*;
 
-use super::elementwise::{cubes_of, flat_cube};
+use super::elementwise::{row_block, row_block_grid};
 use crate::error::FlashError;
 use crate::plan::rows_in_vectors;
 use crate::problem::{AttentionProblem, FloatKind};
@@ -51,8 +51,8 @@ pub fn flash_attention_backward_preprocess<R: Runtime, F: Float + CubeElement>(
     problem.validate()?;
     let vector_size = row_vector_size(client, problem.dtype, &[&o, &d_out]);
     let shape = PreprocessShape::new(problem.val_dim, vector_size, problem.dtype.size());
-    let row_blocks = problem.seq_q.div_ceil(shape.rows as usize) as u32;
-    let cube_count = cubes_of(problem.heads_total() as u32 * row_blocks);
+    let (row_blocks, cube_count) =
+        row_block_grid(problem.heads_total(), problem.seq_q, shape.rows);
     // SAFETY: every global access below is guarded by the (batch, head) and row bounds, columns
     // run over `row_chunks` vectors of `vector_size`, which divides val_dim, every row stride
     // and both offsets; shared accesses stay inside `rows` rows of the tiles.
@@ -148,8 +148,7 @@ pub fn flash_attention_backward_preprocess_kernel<F: Float, N: Size>(
     let width = o.vector_size();
     let heads = o.shape(1) as u32;
     let seq_q = o.shape(2) as u32;
-    let cube = flat_cube();
-    let (batch_head, first) = (cube / row_blocks, (cube % row_blocks) * rows);
+    let (batch_head, first) = row_block(row_blocks, rows);
     // Cubes past the last (batch, head) (the grid's last row) skip as a whole.
     if batch_head < o.shape(0) as u32 * heads {
         let (batch, head) = (batch_head / heads, batch_head % heads);
