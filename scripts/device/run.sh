@@ -27,11 +27,11 @@
 # backward-atomic, backward-matrix, backward-matrix-atomic, backward-rolled,
 # backward-atomic-rolled, forward-staged, backward-staged, backward-atomic-staged (BWD_FILTER),
 # forward-matrix-rows32, forward-matrix-shared, backward-chunked, backward-atomic-chunked,
-# matrix-backward,
-# matrix-forward, wave64, conformance, nn, or any other test
-# binary by name. Each test runs its cases on CASE_THREADS threads (FLASH_CASE_THREADS, default
-# 4): nvrtc compiles a case's kernels on one core, and a test's cases otherwise run in order;
-# CASE_DTYPES (FLASH_CASE_DTYPES, e.g. f16,bf16) runs only those dtypes' cases.
+# matrix-backward, matrix-forward, wave64, conformance, nn, or any other test binary by name
+# (scripts/device/ptests.sh has each one's command line). Each test runs its cases on
+# CASE_THREADS threads (FLASH_CASE_THREADS, default 4): nvrtc compiles a case's kernels on one
+# core, and a test's cases otherwise run in order; CASE_DTYPES (FLASH_CASE_DTYPES, e.g.
+# f16,bf16) runs only those dtypes' cases.
 # vtests: the mma tests of the forward (names with "mma") and backward (bf16 / f16) suites for
 # non-default blocks, in parallel: VTEST_FWD (BURN_FLASH_MMA) and VTEST_BWD (BURN_FLASH_MMA_BWD).
 # tune: our kernels only, the two shapes of the issues' bar, for several block configs of the
